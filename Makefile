@@ -1,0 +1,47 @@
+# Reasoning Flow Tracker — the two commands: `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint fmt setup db bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Reinstall whenever pyproject.toml changes.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Starts the embedded Postgres when DATABASE_URL is unset, then migrates and schedules.
+db: setup
+	$(BIN)/python manage.py migrate --no-input
+	$(BIN)/python manage.py setup_schedules
+
+run: db
+	$(BIN)/python manage.py collectstatic --no-input --verbosity 0
+	PORT=$(PORT) $(BIN)/python scripts/run.py
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+
+fmt: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test: lint db
+	$(BIN)/pytest
+
+bench: db
+	$(BIN)/python scripts/bench_write_path.py
+
+clean:
+	rm -rf $(VENV) staticfiles .pytest_cache .mypy_cache .ruff_cache

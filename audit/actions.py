@@ -1,0 +1,60 @@
+"""The one catalogue of audit action names.
+
+Names follow the source system so that trails from both read the same. ``record()``
+accepts only members of this enum.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Action(StrEnum):
+    # Flows and steps (agent writes)
+    FLOW_STARTED = "reasoning.flow.started"
+    STEP_CREATED = "reasoning.step.created"
+    FLOW_COMPLETED = "reasoning.flow.completed"
+    FLOW_ABORTED = "reasoning.flow.aborted"
+    FLOW_OUTCOME_RECORDED = "reasoning.flow.outcome_recorded"
+
+    # Reads that are audited
+    ADMIN_FLOW_READ = "admin.reasoning.flow.read"
+    ADMIN_FLOW_REASONING_READ = "admin.reasoning.flow.reasoning_content_read"
+    PATIENT_FLOW_READ = "patient.reasoning.flow.read"
+
+    # Pathway library
+    PATHWAY_EXTRACTED = "reasoning.pathway.extracted"
+    PATHWAY_SKIPPED = "reasoning.pathway.skipped"
+    PATHWAY_MATCH_REQUESTED = "reasoning.pathway.match_requested"
+    PATHWAY_MATCHED = "reasoning.pathway.matched"
+    PATHWAY_DEMOTED = "reasoning.pathway.demoted"
+    ADMIN_PATHWAY_STATS_READ = "admin.reasoning.pathway.stats_read"
+    ADMIN_PATHWAY_MATCH_PROXY = "admin.reasoning.pathway.match.proxy"
+    ADMIN_PATHWAY_HIT_PROXY = "admin.reasoning.pathway.hit.proxy"
+    ADMIN_PATHWAY_STATS_READ_PROXY = "admin.reasoning.pathway.stats_read.proxy"
+
+    # Research backlog and claims review
+    RESEARCH_DEEPER_REQUESTED = "admin.reasoning.research.deeper_requested"
+    RESEARCH_DEEPER_REQUEST_CREATED = "reasoning.research.deeper_request_created"
+    RESEARCH_BACKLOG_DISPATCHED = "reasoning.research.backlog.dispatched"
+    RESEARCH_BACKLOG_COMPLETED = "reasoning.research.backlog.completed"
+    RESEARCH_BACKLOG_FAILED_VOLUNTARY = "reasoning.research.backlog.failed_voluntary"
+    RESEARCH_BACKLOG_RECOVERED = "reasoning.research.backlog.recovered"
+    RESEARCH_BACKLOG_FAILED_AFTER_RETRIES = "reasoning.research.backlog.failed_after_retries"
+    ADMIN_RESEARCH_BACKLOG_READ = "admin.reasoning.research.backlog_read"
+    ADMIN_RESEARCH_BACKLOG_READ_PROXY = "admin.reasoning.research.backlog_read.proxy"
+    CLAIM_REVIEW_MARKED = "reasoning.claims_pending_review.marked"
+    CLAIM_REVIEW_RESOLVED = "reasoning.claims_pending_review.resolved"
+    ADMIN_CLAIM_REVIEW_LISTED = "admin.reasoning.claims_pending_review.listed"
+
+    # Patients and consent
+    PATIENT_CONSENT_CHANGED = "patient.reasoning_read_consent.changed"
+
+    # Credentials
+    API_TOKEN_CREATED = "auth.api_token.created"
+    API_TOKEN_REVOKED = "auth.api_token.revoked"
+
+    # Scheduled jobs: lifecycle of each run
+    JOB_FLOW_DECAY_STARTED = "memory.job.reasoning_flow_decay.started"
+    JOB_FLOW_DECAY_COMPLETED = "memory.job.reasoning_flow_decay.completed"
+    JOB_FLOW_DECAY_ERROR = "memory.job.reasoning_flow_decay.error"

@@ -1,0 +1,67 @@
+"""The append-only audit trail and its hash chain.
+
+Two tables, both INSERT-only (a trigger rejects UPDATE and DELETE):
+
+* ``AuditEvent`` — written by ``audit.services.record`` inside the transaction of the
+  change it describes. It stores its canonical bytes, which are what gets hashed.
+* ``AuditChainLink`` — the chain: link ``n`` binds one event to link ``n - 1`` with
+  ``hash = sha256(prev_hash | position | event id | canonical)``. Links are appended by
+  the single chainer (``audit.chain``) under an advisory lock, so the chain is linear
+  whatever the number of writers, and writers never wait on a chain-head lock.
+
+``AuditPending`` is the queue of committed events the chainer has not linked yet.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class AuditEvent(models.Model):
+    # The sequence number: allocated at insert, so gaps (rolled-back writers) are normal.
+    id = models.BigAutoField(primary_key=True)
+    action = models.CharField(max_length=100)
+    actor = models.CharField(max_length=200)
+    target_type = models.CharField(max_length=100, blank=True, default="")
+    target_id = models.CharField(max_length=100, blank=True, default="")
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+    canonical = models.BinaryField()
+
+    class Meta:
+        db_table = "audit_event"
+        indexes = [
+            # Serves "what happened to this record": the flow DAG page, incident response.
+            models.Index(fields=["target_type", "target_id", "id"], name="audit_event_target"),
+            # Serves tests and operators filtering the trail by action.
+            models.Index(fields=["action", "id"], name="audit_event_action"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.action} by {self.actor}"
+
+
+class AuditChainLink(models.Model):
+    position = models.BigIntegerField(primary_key=True)
+    # No foreign key on purpose: a removed event must show up as a broken link in
+    # audit_verify, not be prevented by (or cascade through) a constraint.
+    event_id = models.BigIntegerField(unique=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+    linked_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "audit_chain_link"
+
+    def __str__(self) -> str:
+        return f"link {self.position} -> event {self.event_id}"
+
+
+class AuditPending(models.Model):
+    event_id = models.BigIntegerField(primary_key=True)
+
+    class Meta:
+        db_table = "audit_pending"
+
+    def __str__(self) -> str:
+        return f"event {self.event_id} awaiting chaining"

@@ -1,0 +1,127 @@
+"""``record()``: the one way to write an audit event.
+
+Call it inside the transaction that makes the change: the event and the change commit
+or roll back together. The event is chained shortly after commit by ``audit.chain``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db import connection, models
+from django.utils import timezone
+
+from audit.actions import Action
+from audit.canonical import canonical_bytes
+
+Target = models.Model | tuple[str, object] | None
+
+# Keys that carry content rather than ids and counts; they never belong in a payload.
+_FORBIDDEN_KEYS = frozenset(
+    {
+        "summary_text",
+        "trigger_summary",
+        "outcome_summary",
+        "rationale",
+        "inputs",
+        "outputs",
+        "reasoning_content",
+        "name",
+        "email",
+        "phone",
+        "mrn",
+        "date_of_birth",
+        "token",
+        "password",
+    }
+)
+_MAX_STRING = 200
+
+
+class AuditPayloadError(ValueError):
+    """A payload carried something other than ids, labels and counts."""
+
+
+def record(action: Action, *, actor: str, target: Target = None, payload: dict[str, Any] | None = None) -> int:
+    """Write one audit event in the current transaction; return its sequence number.
+
+    ``target`` is a model instance or a ``(type, id)`` pair. ``payload`` holds ids,
+    labels and counts only: strings are capped, known content keys are refused.
+    """
+    if not isinstance(action, Action):
+        raise TypeError(f"audit action must be an audit.actions.Action, got {action!r}")
+    if not connection.in_atomic_block:
+        raise RuntimeError("audit.record() must run inside the transaction of the change it records")
+    payload = dict(payload or {})
+    _check_payload(payload)
+    target_type, target_id = _target(target)
+    created_at = timezone.now()
+    canonical = canonical_bytes(
+        action=action.value,
+        actor=actor,
+        target_type=target_type,
+        target_id=target_id,
+        payload=payload,
+        created_at=created_at,
+    )
+    # One round trip: the event, and its place in the chainer's queue.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH event AS (
+                INSERT INTO audit_event
+                    (action, actor, target_type, target_id, payload, created_at, canonical)
+                VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s)
+                RETURNING id
+            )
+            INSERT INTO audit_pending (event_id) SELECT id FROM event RETURNING event_id
+            """,
+            [
+                action.value,
+                actor,
+                target_type,
+                target_id,
+                json.dumps(payload),
+                created_at,
+                canonical,
+            ],
+        )
+        row = cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _target(target: Target) -> tuple[str, str]:
+    if target is None:
+        return "", ""
+    if isinstance(target, models.Model):
+        return target._meta.label_lower, str(target.pk)
+    kind, ident = target
+    return kind, str(ident)
+
+
+def _check_payload(payload: dict[str, Any], depth: int = 0) -> None:
+    if depth > 2:
+        raise AuditPayloadError("audit payload nests too deeply")
+    for key, value in payload.items():
+        if key in _FORBIDDEN_KEYS:
+            raise AuditPayloadError(f"audit payload key {key!r} carries content, not ids or counts")
+        _check_value(key, value, depth)
+
+
+def _check_value(key: str, value: Any, depth: int) -> None:
+    if value is None or isinstance(value, bool | int | float):
+        return
+    if isinstance(value, str):
+        if len(value) > _MAX_STRING:
+            raise AuditPayloadError(f"audit payload value for {key!r} is longer than {_MAX_STRING} characters")
+        return
+    if isinstance(value, list | tuple):
+        for item in value:
+            _check_value(key, item, depth + 1)
+        return
+    if isinstance(value, dict):
+        _check_payload(value, depth + 1)
+        return
+    raise AuditPayloadError(f"audit payload value for {key!r} has unsupported type {type(value).__name__}")

@@ -1,0 +1,73 @@
+"""Shared API plumbing: the JSON parser, the single error shape, JSON 404/500 pages."""
+
+from __future__ import annotations
+
+import codecs
+import json
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from rest_framework import status
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from config.errors import ServiceError
+
+
+class StrictJSONParser(JSONParser):
+    """DRF's JSON parser, plus clean 400s for bodies it would otherwise crash on.
+
+    The standard parser lets ``RecursionError`` (absurdly deep nesting) escape as a 500.
+    """
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        parser_context = parser_context or {}
+        encoding = parser_context.get("encoding", "utf-8")
+        try:
+            decoded = codecs.getreader(encoding)(stream)
+            return json.load(decoded, parse_constant=_reject_constant)
+        except RecursionError as exc:
+            raise ParseError("JSON parse error - nesting too deep") from exc
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ParseError(f"JSON parse error - {exc}") from exc
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler, plus service errors and oversized or suspicious bodies as JSON 4xx."""
+    if isinstance(exc, ServiceError):
+        return Response(exc.as_body(), status=exc.status_code)
+    if isinstance(exc, RequestDataTooBig):
+        return Response(
+            {"detail": "Request body is too large."},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, SuspiciousOperation):
+        return Response({"detail": "Bad request."}, status=status.HTTP_400_BAD_REQUEST)
+    return drf_exception_handler(exc, context)
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return request.path.startswith(("/api/", "/admin/v1/"))
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception or Exception("not found"))
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse({"detail": "Internal server error."}, status=500)
+    from django.views.defaults import server_error as default_server_error
+
+    return default_server_error(request)

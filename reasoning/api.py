@@ -1,0 +1,206 @@
+"""Thin DRF views: validate, call one service, shape the response."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config.errors import InvalidInput
+from reasoning import services
+from reasoning.auth import CanWrite, IsAdmin, actor_of
+from reasoning.models import ReasoningFlow
+from reasoning.serializers import (
+    AdminFlowSerializer,
+    FlowCloseSerializer,
+    FlowCreateSerializer,
+    FlowSerializer,
+    StepCreateSerializer,
+    StepSerializer,
+)
+
+ERROR = OpenApiResponse(OpenApiTypes.OBJECT, description='`{"detail": "..."}` or `{"field": ["message"]}`')
+ERRORS = {
+    400: OpenApiResponse(OpenApiTypes.OBJECT, description="Invalid body: the message names the field."),
+    401: OpenApiResponse(OpenApiTypes.OBJECT, description="Missing, unknown, revoked or expired token."),
+    403: OpenApiResponse(OpenApiTypes.OBJECT, description="The token lacks the route's scope."),
+}
+FLOW_ID = OpenApiParameter("flow_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The flow's id.")
+
+
+def parse_uuid(value: str, field: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidInput("must be a valid UUID", field=field) from None
+
+
+class FlowCollectionView(APIView):
+    permission_classes = [CanWrite]
+
+    @extend_schema(
+        operation_id="flows_create",
+        summary="Open a reasoning flow",
+        description="Needs `reasoning.write`. Audits `reasoning.flow.started`. "
+        "Re-sending the same client-chosen `id` with the same body returns the stored flow (200).",
+        request=FlowCreateSerializer,
+        responses={201: FlowSerializer, 200: FlowSerializer, 409: ERROR, **ERRORS},
+        examples=[
+            OpenApiExample(
+                "Researcher turn",
+                request_only=True,
+                value={
+                    "trigger_type": "user_question",
+                    "trigger_ref": "benchmark/run-7/case-12",
+                    "trigger_summary": "Patient asked whether a medication change is needed",
+                    "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+                    "agent": "researcher",
+                },
+            )
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        body = FlowCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        flow, created = services.start_flow(body.validated_data, actor=actor_of(request))
+        return Response(FlowSerializer(flow).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class FlowDetailView(APIView):
+    permission_classes = [CanWrite]
+
+    @extend_schema(
+        operation_id="flows_close",
+        summary="Complete or abort a flow",
+        description="Needs `reasoning.write`. Audits `reasoning.flow.completed` or `reasoning.flow.aborted`; "
+        "sets `outcome_confidence` to the lowest step confidence. 409 when the flow is already closed.",
+        parameters=[FLOW_ID],
+        request=FlowCloseSerializer,
+        responses={200: FlowSerializer, 404: ERROR, 409: ERROR, **ERRORS},
+        examples=[
+            OpenApiExample(
+                "Complete",
+                request_only=True,
+                value={
+                    "flow_state": "completed",
+                    "outcome_type": "recommendation_delivered",
+                    "outcome_summary": "Recommended a follow-up visit with the care team",
+                },
+            ),
+            OpenApiExample("Abort", request_only=True, value={"flow_state": "aborted", "abort_reason": "tool_error"}),
+        ],
+    )
+    def patch(self, request: Request, flow_id: str) -> Response:
+        pk = parse_uuid(flow_id, "flow_id")
+        body = FlowCloseSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        flow = services.close_flow(
+            pk,
+            state=data["flow_state"],
+            actor=actor_of(request),
+            outcome_type=data.get("outcome_type", ""),
+            outcome_summary=data.get("outcome_summary", ""),
+            abort_reason=data.get("abort_reason", ""),
+        )
+        return Response(FlowSerializer(flow).data)
+
+
+class StepCollectionView(APIView):
+    permission_classes = [CanWrite]
+
+    @extend_schema(
+        operation_id="steps_create",
+        summary="Add a step to an active flow",
+        description="Needs `reasoning.write`. Audits `reasoning.step.created`. 404 for an unknown flow, "
+        "409 when the flow is closed. Values of keys listed in `pii_fields` are encrypted at rest and never "
+        "stored in the `inputs`/`outputs` JSON.",
+        parameters=[FLOW_ID],
+        request=StepCreateSerializer,
+        responses={201: StepSerializer, 200: StepSerializer, 404: ERROR, 409: ERROR, **ERRORS},
+        examples=[
+            OpenApiExample(
+                "Retrieval step",
+                request_only=True,
+                value={
+                    "kind": "retrieval",
+                    "agent": "researcher",
+                    "summary_text": "Retrieved recent lab results and current guidelines",
+                    "inputs": {"query_kind": "labs", "patient_name": "…"},
+                    "pii_fields": ["patient_name"],
+                    "confidence": 0.93,
+                    "latency_ms": 120,
+                    "llm_call_log_ref": "llm-call-7781",
+                },
+            )
+        ],
+    )
+    def post(self, request: Request, flow_id: str) -> Response:
+        pk = parse_uuid(flow_id, "flow_id")
+        body = StepCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        step, created = services.add_step(pk, body.validated_data, actor=actor_of(request))
+        return Response(StepSerializer(step).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class AdminFlowListView(APIView):
+    permission_classes = [IsAdmin]
+    max_limit = 200
+
+    @extend_schema(
+        operation_id="admin_flows_list",
+        summary="List flows (newest first)",
+        description="Needs `reasoning.admin`. Not audited. Filter by `trace_id` to reconstruct an agent turn.",
+        parameters=[
+            OpenApiParameter("trace_id", str, description="Only flows of this correlation id."),
+            OpenApiParameter("flow_state", str, enum=ReasoningFlow.State.values),
+            OpenApiParameter("limit", int, description="1 to 200, default 50."),
+        ],
+        responses={200: FlowSerializer(many=True), **ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        flows = ReasoningFlow.objects.order_by("-created_at")
+        if trace_id := params.get("trace_id"):
+            flows = flows.filter(trace_id=trace_id)
+        if state := params.get("flow_state"):
+            if state not in ReasoningFlow.State.values:
+                raise InvalidInput(f"must be one of {', '.join(ReasoningFlow.State.values)}", field="flow_state")
+            flows = flows.filter(flow_state=state)
+        limit = _limit(params.get("limit"), default=50, maximum=self.max_limit)
+        return Response(FlowSerializer(flows[:limit], many=True).data)
+
+
+def _limit(raw: Any, *, default: int, maximum: int) -> int:
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInput("must be an integer", field="limit") from None
+    if not 1 <= value <= maximum:
+        raise InvalidInput(f"must be between 1 and {maximum}", field="limit")
+    return value
+
+
+class AdminFlowDetailView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="admin_flows_read",
+        summary="Read a flow with its whole step DAG",
+        description="Needs `reasoning.admin`. Audits `admin.reasoning.flow.read`. Steps come in write order with "
+        "their parents and back-refs; PII values stay encrypted (only the `pii_fields` names are shown).",
+        parameters=[FLOW_ID],
+        responses={200: AdminFlowSerializer, 404: ERROR, **ERRORS},
+    )
+    def get(self, request: Request, flow_id: str) -> Response:
+        pk = parse_uuid(flow_id, "flow_id")
+        flow, steps = services.read_flow_for_admin(pk, actor=actor_of(request))
+        return Response(AdminFlowSerializer(flow, context={"steps": steps}).data)

@@ -1,0 +1,77 @@
+"""Scheduled work of the reasoning app.
+
+``SCHEDULES`` entries are picked up by ``manage.py setup_schedules`` (django-q2).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from audit.actions import Action
+from audit.services import record
+from config.errors import Conflict
+from reasoning.models import ReasoningFlow
+from reasoning.services import close_flow
+
+logger = logging.getLogger(__name__)
+
+FLOW_DECAY_ACTOR = "system:reasoning_flow_decay"
+
+SCHEDULES = [
+    {"name": "reasoning.flow_decay", "func": "reasoning.jobs.decay_stale_flows", "schedule_type": "H"},
+]
+
+
+def decay_stale_flows(now: datetime | None = None, *, batch_size: int = 500) -> int:
+    """Abort flows left active longer than FLOW_DECAY_HOURS, with reason ``timeout``.
+
+    Agents that crash leave zombie flows; this closes them so they stop accepting steps
+    and show up as aborted. Each flow is closed by the normal close service (its own
+    transaction and audit event); a flow closed concurrently by its agent is skipped.
+    Returns the number of flows aborted.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(hours=settings.FLOW_DECAY_HOURS)
+    with transaction.atomic():
+        record(
+            Action.JOB_FLOW_DECAY_STARTED,
+            actor=FLOW_DECAY_ACTOR,
+            payload={"threshold_hours": settings.FLOW_DECAY_HOURS},
+        )
+    aborted = skipped = 0
+    try:
+        while True:
+            ids = list(
+                ReasoningFlow.objects.stale(cutoff).order_by("created_at").values_list("pk", flat=True)[:batch_size]
+            )
+            if not ids:
+                break
+            for flow_id in ids:
+                try:
+                    close_flow(
+                        flow_id, state=ReasoningFlow.State.ABORTED, actor=FLOW_DECAY_ACTOR, abort_reason="timeout"
+                    )
+                    aborted += 1
+                except Conflict:
+                    skipped += 1  # closed by its agent meanwhile
+            if len(ids) < batch_size:
+                break
+    except Exception as exc:
+        with transaction.atomic():
+            record(
+                Action.JOB_FLOW_DECAY_ERROR,
+                actor=FLOW_DECAY_ACTOR,
+                payload={"aborted": aborted, "error_type": type(exc).__name__},
+            )
+        raise
+    with transaction.atomic():
+        record(
+            Action.JOB_FLOW_DECAY_COMPLETED, actor=FLOW_DECAY_ACTOR, payload={"aborted": aborted, "skipped": skipped}
+        )
+    logger.info("flow decay: aborted %d stale flows (%d closed concurrently)", aborted, skipped)
+    return aborted

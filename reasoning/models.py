@@ -1,0 +1,180 @@
+"""Reasoning flows (rooted trees: trigger -> steps -> outcome), their steps, API tokens."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from encrypted_model_fields.fields import EncryptedTextField
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+
+class FlowQuerySet(models.QuerySet["ReasoningFlow"]):
+    def active(self) -> FlowQuerySet:
+        return self.filter(flow_state=ReasoningFlow.State.ACTIVE)
+
+    def stale(self, older_than: datetime) -> FlowQuerySet:
+        """Active flows opened before ``older_than``: the decay job's candidates."""
+        return self.active().filter(created_at__lt=older_than)
+
+
+class ReasoningFlow(models.Model):
+    """One rooted reasoning tree. Metadata only: no PHI lives on a flow."""
+
+    class State(models.TextChoices):
+        ACTIVE = "active"
+        COMPLETED = "completed"
+        ABORTED = "aborted"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    trigger_type = models.CharField(max_length=100)
+    trigger_ref = models.CharField(max_length=500, blank=True, default="")
+    trigger_summary = models.CharField(max_length=280, blank=True, default="")
+    trace_id = models.CharField(max_length=100)
+    session_id = models.CharField(max_length=100, blank=True, default="")
+    agent = models.CharField(max_length=100, blank=True, default="")
+    patient = models.ForeignKey(
+        "patients.Patient", null=True, blank=True, on_delete=models.PROTECT, related_name="flows", db_index=False
+    )
+    flow_state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
+    step_count = models.PositiveIntegerField(default=0)
+    outcome_type = models.CharField(max_length=100, blank=True, default="")
+    outcome_summary = models.CharField(max_length=280, blank=True, default="")
+    outcome_confidence = models.FloatField(null=True, blank=True)
+    abort_reason = models.CharField(max_length=200, blank=True, default="")
+    patient_safe_summary = models.BooleanField(null=True, blank=True)
+    # sha256 of the create request, for idempotent retries with a client-chosen id.
+    request_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    objects = FlowQuerySet.as_manager()
+
+    class Meta:
+        db_table = "reasoning_flow"
+        indexes = [
+            # A patient's flows, newest first (patient narrative lists, consent checks).
+            models.Index(
+                fields=["patient", "created_at"],
+                name="reasoning_flow_patient_created",
+                condition=Q(patient__isnull=False),
+            ),
+            # One correlation id reconstructs a whole agent turn: GET /admin/v1/reasoning/flows?trace_id=
+            models.Index(fields=["trace_id", "created_at"], name="reasoning_flow_trace_created"),
+            # The decay job: active flows older than the cut-off.
+            models.Index(fields=["flow_state", "created_at"], name="reasoning_flow_state_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.trigger_type} flow {self.id} ({self.flow_state})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.flow_state == self.State.ACTIVE
+
+
+class ReasoningStep(models.Model):
+    """One step of a flow. ``summary_text`` describes the step, not the patient's data."""
+
+    class Kind(models.TextChoices):
+        RETRIEVAL = "retrieval"
+        LLM_PROMPT = "llm_prompt"
+        VERDICT = "verdict"
+        GRAPH_WALK = "graph_walk"
+        AGGREGATION = "aggregation"
+        EVIDENCE_ASSEMBLY = "evidence_assembly"
+        SUMMARY = "summary"
+        PROVENANCE_CHECK = "provenance_check"
+        TOOL_CALL = "tool_call"
+        DECISION = "decision"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    flow = models.ForeignKey(ReasoningFlow, on_delete=models.PROTECT, related_name="steps", db_index=False)
+    # 1-based order of arrival within the flow, assigned under the flow's row lock.
+    position = models.PositiveIntegerField()
+    parent_step = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children", db_index=False
+    )
+    # Further parents of a step that merges branches; all in the same flow, all earlier.
+    extra_parent_ids = ArrayField(models.UUIDField(), default=list, blank=True)
+    kind = models.CharField(max_length=64)
+    agent = models.CharField(max_length=100)
+    summary_text = models.CharField(max_length=280)
+    rationale = models.TextField(blank=True, default="")
+    inputs = models.JSONField(default=dict, blank=True)
+    outputs = models.JSONField(default=dict, blank=True)
+    # Keys declared as PII: their values live only in the encrypted columns below.
+    pii_fields = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    inputs_pii = EncryptedTextField(null=True, blank=True)
+    outputs_pii = EncryptedTextField(null=True, blank=True)
+    confidence = models.FloatField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    llm_call_log_ref = models.CharField(max_length=200, blank=True, default="")
+    experiment_trace_ref = models.CharField(max_length=200, blank=True, default="")
+    decision_graph_node_ref = models.CharField(max_length=200, blank=True, default="")
+    memory_claim_ref = models.CharField(max_length=200, blank=True, default="")
+    span_id = models.CharField(max_length=64, blank=True, default="")
+    request_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "reasoning_step"
+        constraints = [
+            # Also the index that serves "the steps of a flow, in order".
+            models.UniqueConstraint(fields=["flow", "position"], name="reasoning_step_flow_position"),
+            models.CheckConstraint(
+                condition=Q(confidence__isnull=True) | Q(confidence__gte=0, confidence__lte=1),
+                name="reasoning_step_confidence_range",
+            ),
+        ]
+        indexes = [
+            # Children of a step (DAG walks from a parent).
+            models.Index(
+                fields=["parent_step", "created_at"],
+                name="reasoning_step_parent_created",
+                condition=Q(parent_step__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} step {self.position} of flow {self.flow_id}"
+
+
+class ApiToken(models.Model):
+    """A bearer credential for agents and tools. Only the SHA-256 of the token is stored."""
+
+    class Scope(models.TextChoices):
+        WRITE = "reasoning.write"
+        READ = "reasoning.read"
+        ADMIN = "reasoning.admin"
+        COT_READ = "reasoning.cot.read"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=100, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    # The first characters of the raw token, so a person can tell tokens apart.
+    prefix = models.CharField(max_length=16, editable=False)
+    scopes = ArrayField(models.CharField(max_length=32, choices=Scope.choices))
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "reasoning_api_token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def actor(self) -> str:
+        return f"token:{self.name}"
+
+    def is_usable(self, now: datetime | None = None) -> bool:
+        now = now or timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)

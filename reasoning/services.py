@@ -1,0 +1,333 @@
+"""Every state change of the reasoning app, each with its audit event in one transaction."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Min
+from django.utils import timezone
+
+from audit.actions import Action
+from audit.services import record
+from config.errors import Conflict, InvalidInput, NotFound
+from patients.models import Patient
+from reasoning import metrics
+from reasoning.auth import TOKEN_PREFIX, hash_token
+from reasoning.models import ApiToken, ReasoningFlow, ReasoningStep
+from reasoning.signals import flow_closed
+
+logger = logging.getLogger(__name__)
+
+State = ReasoningFlow.State
+
+
+def request_fingerprint(data: Mapping[str, Any]) -> str:
+    """Stable hash of a validated request body, for idempotent retries."""
+    encoded = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(encoded.encode()).hexdigest()
+
+
+# --- API tokens ---------------------------------------------------------------------
+
+
+@transaction.atomic(durable=True)
+def create_api_token(
+    *, name: str, scopes: Iterable[str], actor: str, expires_at: datetime | None = None
+) -> tuple[ApiToken, str]:
+    """Create a token; return it with the raw secret, which is never stored or shown again."""
+    scopes = sorted(set(scopes))
+    unknown = [scope for scope in scopes if scope not in ApiToken.Scope.values]
+    if unknown:
+        raise InvalidInput(f"unknown scope(s): {', '.join(unknown)}", field="scopes")
+    if not scopes:
+        raise InvalidInput("at least one scope is required", field="scopes")
+    if ApiToken.objects.filter(name=name).exists():
+        raise Conflict(f"a token named {name!r} already exists", field="name")
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        name=name, token_hash=hash_token(raw), prefix=raw[:12], scopes=scopes, expires_at=expires_at
+    )
+    record(
+        Action.API_TOKEN_CREATED,
+        actor=actor,
+        target=token,
+        payload={"scopes": scopes, "expires": expires_at is not None},
+    )
+    return token, raw
+
+
+@transaction.atomic(durable=True)
+def revoke_api_token(*, name: str, actor: str) -> ApiToken:
+    updated = ApiToken.objects.filter(name=name, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    token = ApiToken.objects.filter(name=name).first()
+    if token is None:
+        raise NotFound(f"no token named {name!r}")
+    if not updated:
+        raise Conflict(f"token {name!r} is already revoked")
+    record(Action.API_TOKEN_REVOKED, actor=actor, target=token)
+    return token
+
+
+# --- Flows --------------------------------------------------------------------------
+
+
+def start_flow(data: Mapping[str, Any], *, actor: str) -> tuple[ReasoningFlow, bool]:
+    """Open a flow. Returns ``(flow, created)``.
+
+    A client-chosen ``id`` makes retries safe: the same id with the same body returns the
+    stored flow (``created`` is False); the same id with another body is a conflict.
+    """
+    fields = dict(data)
+    fingerprint = request_fingerprint(fields)
+    flow_id = fields.pop("id", None)
+    if flow_id is not None:
+        existing = ReasoningFlow.objects.filter(pk=flow_id).first()
+        if existing is not None:
+            return _replayed(existing, fingerprint), False
+    patient_id = fields.pop("patient_id", None)
+    if patient_id is not None and not Patient.objects.filter(pk=patient_id).exists():
+        raise InvalidInput("unknown patient", field="patient_id")
+    if not fields.get("trace_id"):
+        fields["trace_id"] = uuid.uuid4().hex
+    try:
+        flow = _insert_flow(fields, flow_id=flow_id, patient_id=patient_id, fingerprint=fingerprint, actor=actor)
+    except IntegrityError:
+        # A concurrent retry with the same id won the race.
+        existing = ReasoningFlow.objects.filter(pk=flow_id).first() if flow_id else None
+        if existing is None:
+            raise
+        return _replayed(existing, fingerprint), False
+    metrics.record_flow_started(flow.trigger_type)
+    return flow, True
+
+
+@transaction.atomic(durable=True)
+def _insert_flow(
+    fields: dict[str, Any], *, flow_id: uuid.UUID | None, patient_id: uuid.UUID | None, fingerprint: str, actor: str
+) -> ReasoningFlow:
+    flow = ReasoningFlow(patient_id=patient_id, request_hash=fingerprint, **fields)
+    if flow_id is not None:
+        flow.id = flow_id
+    flow.save(force_insert=True)
+    record(
+        Action.FLOW_STARTED,
+        actor=actor,
+        target=flow,
+        payload={"trigger_type": flow.trigger_type, "agent": flow.agent, "has_patient": patient_id is not None},
+    )
+    return flow
+
+
+def _replayed(existing: ReasoningFlow | ReasoningStep, fingerprint: str) -> Any:
+    if existing.request_hash != fingerprint:
+        raise Conflict(f"id {existing.pk} already exists with a different body", field="id")
+    return existing
+
+
+def add_step(flow_id: uuid.UUID, data: Mapping[str, Any], *, actor: str) -> tuple[ReasoningStep, bool]:
+    """Append a step to an active flow. Returns ``(step, created)``.
+
+    Parents (``parent_step_id`` and ``extra_parent_ids``) must be earlier steps of the
+    same flow, so the graph cannot have cycles. Values of the keys named in
+    ``pii_fields`` go to encrypted columns and never into the ``inputs``/``outputs`` JSON.
+    """
+    fields = dict(data)
+    fingerprint = request_fingerprint(fields)
+    step_id = fields.pop("id", None)
+    if step_id is not None:
+        existing = ReasoningStep.objects.filter(pk=step_id).first()
+        if existing is not None:
+            if existing.flow_id != flow_id:
+                raise Conflict(f"id {step_id} already names a step of another flow", field="id")
+            return _replayed(existing, fingerprint), False
+    try:
+        step = _insert_step(flow_id, fields, step_id=step_id, fingerprint=fingerprint, actor=actor)
+    except IntegrityError:
+        existing = ReasoningStep.objects.filter(pk=step_id).first() if step_id else None
+        if existing is None:
+            raise
+        return _replayed(existing, fingerprint), False
+    metrics.record_step_written(step.kind, step.agent)
+    return step, True
+
+
+@transaction.atomic(durable=True)
+def _insert_step(
+    flow_id: uuid.UUID, fields: dict[str, Any], *, step_id: uuid.UUID | None, fingerprint: str, actor: str
+) -> ReasoningStep:
+    # Taking the next position locks the flow row until commit: a concurrent close
+    # waits for this step (and then counts it), or wins and this step gets a 409.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE reasoning_flow SET step_count = step_count + 1 "
+            "WHERE id = %s AND flow_state = %s RETURNING step_count",
+            [flow_id, State.ACTIVE],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        _raise_missing_or_closed(flow_id)
+    position = row[0]
+
+    parent_id = fields.pop("parent_step_id", None)
+    extra_parent_ids = list(dict.fromkeys(fields.pop("extra_parent_ids", None) or []))
+    _check_parents(flow_id, parent_id, extra_parent_ids)
+
+    pii_fields = list(dict.fromkeys(fields.pop("pii_fields", None) or []))
+    inputs, inputs_pii = _split_pii(fields.pop("inputs", None) or {}, pii_fields)
+    outputs, outputs_pii = _split_pii(fields.pop("outputs", None) or {}, pii_fields)
+    step = ReasoningStep(
+        flow_id=flow_id,
+        position=position,
+        parent_step_id=parent_id,
+        extra_parent_ids=extra_parent_ids,
+        inputs=inputs,
+        outputs=outputs,
+        pii_fields=pii_fields,
+        inputs_pii=inputs_pii,
+        outputs_pii=outputs_pii,
+        request_hash=fingerprint,
+        **fields,
+    )
+    if step_id is not None:
+        step.id = step_id
+    step.save(force_insert=True)
+    record(
+        Action.STEP_CREATED,
+        actor=actor,
+        target=step,
+        payload={
+            "flow_id": str(flow_id),
+            "position": position,
+            "kind": step.kind,
+            "agent": step.agent,
+            "parent_count": (parent_id is not None) + len(extra_parent_ids),
+            "pii_field_count": len(pii_fields),
+        },
+    )
+    return step
+
+
+def _raise_missing_or_closed(flow_id: uuid.UUID) -> Any:
+    state = ReasoningFlow.objects.filter(pk=flow_id).values_list("flow_state", flat=True).first()
+    if state is None:
+        raise NotFound(f"flow {flow_id} does not exist")
+    raise Conflict(f"flow {flow_id} is {state}; it no longer accepts changes")
+
+
+def _check_parents(flow_id: uuid.UUID, parent_id: uuid.UUID | None, extra_ids: list[uuid.UUID]) -> None:
+    wanted = set(extra_ids)
+    if parent_id is not None:
+        wanted.add(parent_id)
+        if parent_id in extra_ids:
+            raise InvalidInput("must not repeat parent_step_id", field="extra_parent_ids")
+    if not wanted:
+        return
+    found = set(ReasoningStep.objects.filter(flow_id=flow_id, pk__in=wanted).values_list("pk", flat=True))
+    if parent_id is not None and parent_id not in found:
+        raise InvalidInput("must be an existing step of the same flow", field="parent_step_id")
+    missing = [str(pk) for pk in extra_ids if pk not in found]
+    if missing:
+        raise InvalidInput(f"not steps of this flow: {', '.join(missing)}", field="extra_parent_ids")
+
+
+def _split_pii(document: dict[str, Any], pii_fields: list[str]) -> tuple[dict[str, Any], str | None]:
+    """Move the declared top-level keys out of ``document``; return (rest, encrypted JSON)."""
+    if not pii_fields:
+        return document, None
+    secret = {key: document[key] for key in pii_fields if key in document}
+    rest = {key: value for key, value in document.items() if key not in secret}
+    return rest, (json.dumps(secret) if secret else None)
+
+
+def close_flow(
+    flow_id: uuid.UUID,
+    *,
+    state: str,
+    actor: str,
+    outcome_type: str = "",
+    outcome_summary: str = "",
+    abort_reason: str = "",
+) -> ReasoningFlow:
+    """Complete or abort an active flow; 409 (Conflict) when it is already closed.
+
+    ``outcome_confidence`` is the minimum step confidence: a chain is as strong as its
+    weakest step.
+    """
+    if state not in (State.COMPLETED, State.ABORTED):
+        raise InvalidInput("must be 'completed' or 'aborted'", field="flow_state")
+    flow = _close(flow_id, state, actor, outcome_type, outcome_summary, abort_reason)
+    metrics.record_flow_closed(
+        state=flow.flow_state,
+        trigger_type=flow.trigger_type,
+        outcome_type=flow.outcome_type,
+        patient_safe_summary=flow.patient_safe_summary,
+        step_count=flow.step_count,
+        latency_ms=_latency_ms(flow),
+    )
+    return flow
+
+
+@transaction.atomic(durable=True)
+def _close(
+    flow_id: uuid.UUID, state: str, actor: str, outcome_type: str, outcome_summary: str, abort_reason: str
+) -> ReasoningFlow:
+    updated = ReasoningFlow.objects.filter(pk=flow_id, flow_state=State.ACTIVE).update(
+        flow_state=state,
+        closed_at=timezone.now(),
+        outcome_type=outcome_type,
+        outcome_summary=outcome_summary,
+        abort_reason=abort_reason,
+    )
+    if not updated:
+        _raise_missing_or_closed(flow_id)
+    # A separate statement (fresh snapshot) so steps committed while we waited for the
+    # row lock are counted.
+    confidence = ReasoningStep.objects.filter(flow_id=flow_id).aggregate(low=Min("confidence"))["low"]
+    ReasoningFlow.objects.filter(pk=flow_id).update(outcome_confidence=confidence)
+    flow = ReasoningFlow.objects.get(pk=flow_id)
+    action = Action.FLOW_COMPLETED if state == State.COMPLETED else Action.FLOW_ABORTED
+    record(
+        action,
+        actor=actor,
+        target=flow,
+        payload={
+            "outcome_type": flow.outcome_type,
+            "step_count": flow.step_count,
+            "outcome_confidence": flow.outcome_confidence,
+            "timeout": abort_reason == "timeout",
+        },
+    )
+    transaction.on_commit(lambda: _announce_close(flow))
+    return flow
+
+
+def _announce_close(flow: ReasoningFlow) -> None:
+    for receiver, result in flow_closed.send_robust(sender=ReasoningFlow, flow_id=flow.pk, flow_state=flow.flow_state):
+        if isinstance(result, Exception):
+            logger.error("flow_closed receiver %s failed for flow %s: %s", receiver, flow.pk, type(result).__name__)
+
+
+def _latency_ms(flow: ReasoningFlow) -> float:
+    closed = flow.closed_at or timezone.now()
+    return max((closed - flow.created_at).total_seconds() * 1000.0, 0.0)
+
+
+# --- Admin reads (audited) ----------------------------------------------------------
+
+
+@transaction.atomic
+def read_flow_for_admin(flow_id: uuid.UUID, *, actor: str) -> tuple[ReasoningFlow, list[ReasoningStep]]:
+    flow = ReasoningFlow.objects.filter(pk=flow_id).first()
+    if flow is None:
+        raise NotFound(f"flow {flow_id} does not exist")
+    steps = list(ReasoningStep.objects.filter(flow_id=flow_id).defer("inputs_pii", "outputs_pii").order_by("position"))
+    record(Action.ADMIN_FLOW_READ, actor=actor, target=flow, payload={"step_count": len(steps)})
+    return flow, steps

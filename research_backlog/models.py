@@ -1,0 +1,1 @@
+"""Research backlog models."""
