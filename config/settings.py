@@ -40,6 +40,8 @@ if EMBEDDED_DATABASE:
 # Persistent connections: the write path is dominated by connection set-up otherwise.
 _db["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 300, minimum=0)
 _db["CONN_HEALTH_CHECKS"] = True
+# Lets parallel test runs on one server use separate test databases.
+_db["TEST"] = {"NAME": env_str("RFT_TEST_DB_NAME")}
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
