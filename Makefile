@@ -1,6 +1,6 @@
 # Reasoning Flow Tracker — the two commands: `make run` and `make test`.
 SHELL := /bin/bash
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000

@@ -25,7 +25,7 @@ def canonical_bytes(
         "target_id": target_id,
         "target_type": target_type,
     }
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
 def link_hash(prev_hash: str, position: int, event_id: int, canonical: bytes) -> str:

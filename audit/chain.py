@@ -21,6 +21,8 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -184,21 +186,26 @@ def _check_link(
     if link_hash(prev_hash, position, event_id, canonical) != link_digest:
         return ChainBreak(position, event_id, "hash does not match the event's canonical bytes")
     action, actor, ttype, tid, payload, created = columns
-    document = json.loads(canonical)
-    if isinstance(payload, str):  # Django loads jsonb as text on raw cursors
-        payload = json.loads(payload)
+    document = _exact_json(canonical)
     stored = {
         "action": action,
         "actor": actor,
         "target_type": ttype,
         "target_id": tid,
-        "payload": payload,
+        # Django loads jsonb as text on raw cursors.
+        "payload": _exact_json(payload if isinstance(payload, str) else json.dumps(payload)),
         "created_at": created.astimezone(UTC).isoformat(),
     }
     for field, value in stored.items():
         if document.get(field) != value:
             return ChainBreak(position, event_id, f"column {field!r} was altered after the event was written")
     return None
+
+
+def _exact_json(text: str | bytes) -> Any:
+    # Numbers as Decimal: jsonb keeps 1e+23 as the exact integer 10**23, which a float
+    # comparison would call different from the float 1e23 that was written.
+    return json.loads(text, parse_float=Decimal, parse_int=Decimal)
 
 
 def _count_pending() -> int:

@@ -7,6 +7,7 @@ or roll back together. The event is chained shortly after commit by ``audit.chai
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django.db import connection, models
@@ -111,6 +112,8 @@ def _check_payload(payload: dict[str, Any], depth: int = 0) -> None:
 
 
 def _check_value(key: str, value: Any, depth: int) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise AuditPayloadError(f"audit payload value for {key!r} is not a finite number")
     if value is None or isinstance(value, bool | int | float):
         return
     if isinstance(value, str):

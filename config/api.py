@@ -10,7 +10,7 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import status
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import JSONParser, get_encoding  # type: ignore[attr-defined]  # DRF >= 3.18
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -24,8 +24,9 @@ class StrictJSONParser(JSONParser):
     """
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        parser_context = parser_context or {}
-        encoding = parser_context.get("encoding", "utf-8")
+        # DRF's get_encoding refuses bytes-to-bytes codecs (bz2_codec, …), which would
+        # crash or inflate a small body past the size limit.
+        encoding = get_encoding(parser_context or {})
         try:
             decoded = codecs.getreader(encoding)(stream)
             return json.load(decoded, parse_constant=_reject_constant)

@@ -39,7 +39,9 @@ if EMBEDDED_DATABASE:
     _db["HOST"] = _db.get("OPTIONS", {}).pop("host", "")
 # Persistent connections: the write path is dominated by connection set-up otherwise.
 _db["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 300, minimum=0)
-_db["CONN_HEALTH_CHECKS"] = True
+# Off by default: a health check is one more round trip on every request. After a
+# database restart each worker then fails one request and reconnects.
+_db["CONN_HEALTH_CHECKS"] = env_bool("DB_CONN_HEALTH_CHECKS", default=False)
 # Lets parallel test runs on one server use separate test databases.
 _db["TEST"] = {"NAME": env_str("RFT_TEST_DB_NAME")}
 DATABASES = {"default": _db}

@@ -17,12 +17,18 @@ from reasoning import services
 from reasoning.auth import CanWrite, IsAdmin, actor_of
 from reasoning.models import ReasoningFlow
 from reasoning.serializers import (
+    MAX_BATCH_STEPS,
     AdminFlowSerializer,
     FlowCloseSerializer,
     FlowCreateSerializer,
     FlowSerializer,
+    StepBatchResponseSerializer,
+    StepBatchSerializer,
     StepCreateSerializer,
     StepSerializer,
+    admin_flow_representation,
+    flow_representation,
+    step_representation,
 )
 
 ERROR = OpenApiResponse(OpenApiTypes.OBJECT, description='`{"detail": "..."}` or `{"field": ["message"]}`')
@@ -69,7 +75,7 @@ class FlowCollectionView(APIView):
         body = FlowCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         flow, created = services.start_flow(body.validated_data, actor=actor_of(request))
-        return Response(FlowSerializer(flow).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(flow_representation(flow), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 class FlowDetailView(APIView):
@@ -109,7 +115,7 @@ class FlowDetailView(APIView):
             outcome_summary=data.get("outcome_summary", ""),
             abort_reason=data.get("abort_reason", ""),
         )
-        return Response(FlowSerializer(flow).data)
+        return Response(flow_representation(flow))
 
 
 class StepCollectionView(APIView):
@@ -146,7 +152,38 @@ class StepCollectionView(APIView):
         body = StepCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         step, created = services.add_step(pk, body.validated_data, actor=actor_of(request))
-        return Response(StepSerializer(step).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(step_representation(step), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class StepBatchView(APIView):
+    permission_classes = [CanWrite]
+
+    @extend_schema(
+        operation_id="steps_create_batch",
+        summary="Add several steps to an active flow at once",
+        description=f"Needs `reasoning.write`. Up to {MAX_BATCH_STEPS} steps, stored in order, all or none; "
+        "each is audited as `reasoning.step.created`. A step may name an earlier step of the same batch as a "
+        "parent (give it a client-chosen `id`). Errors name the step: `steps[2].parent_step_id`. For agents "
+        "that buffer steps (the SDK spool) or report a whole turn at once: one request instead of many.",
+        parameters=[FLOW_ID],
+        request=StepBatchSerializer,
+        responses={
+            201: StepBatchResponseSerializer,
+            200: StepBatchResponseSerializer,
+            404: ERROR,
+            409: ERROR,
+            **ERRORS,
+        },
+    )
+    def post(self, request: Request, flow_id: str) -> Response:
+        pk = parse_uuid(flow_id, "flow_id")
+        body = StepBatchSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        steps, created = services.add_steps(pk, body.validated_data["steps"], actor=actor_of(request))
+        return Response(
+            {"steps": [step_representation(step) for step in steps]},
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
 
 
 class AdminFlowListView(APIView):
@@ -168,13 +205,15 @@ class AdminFlowListView(APIView):
         params = request.query_params
         flows = ReasoningFlow.objects.order_by("-created_at")
         if trace_id := params.get("trace_id"):
+            if len(trace_id) > 100 or "\x00" in trace_id:
+                raise InvalidInput("must be at most 100 characters, without NUL", field="trace_id")
             flows = flows.filter(trace_id=trace_id)
         if state := params.get("flow_state"):
             if state not in ReasoningFlow.State.values:
                 raise InvalidInput(f"must be one of {', '.join(ReasoningFlow.State.values)}", field="flow_state")
             flows = flows.filter(flow_state=state)
         limit = _limit(params.get("limit"), default=50, maximum=self.max_limit)
-        return Response(FlowSerializer(flows[:limit], many=True).data)
+        return Response([flow_representation(flow) for flow in flows[:limit]])
 
 
 def _limit(raw: Any, *, default: int, maximum: int) -> int:
@@ -203,4 +242,4 @@ class AdminFlowDetailView(APIView):
     def get(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
         flow, steps = services.read_flow_for_admin(pk, actor=actor_of(request))
-        return Response(AdminFlowSerializer(flow, context={"steps": steps}).data)
+        return Response(admin_flow_representation(flow, steps))

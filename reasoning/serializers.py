@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.core.validators import RegexValidator
@@ -18,10 +19,29 @@ label_validator = RegexValidator(
 )
 
 MAX_JSON_DEPTH = 20
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def label_field(**kwargs: Any) -> serializers.CharField:
-    return serializers.CharField(max_length=100, validators=[label_validator], **kwargs)
+def label_field(*, max_length: int = 100, **kwargs: Any) -> serializers.CharField:
+    return StrictCharField(max_length=max_length, validators=[label_validator], **kwargs)
+
+
+class StrictCharField(serializers.CharField):
+    """A string, and only a string: DRF would quietly turn 123 into "123"."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictUUIDField(serializers.UUIDField):
+    """A UUID written as a string: DRF would quietly turn 42 into 00000000-…-00000000002a."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            self.fail("invalid", value=data)
+        return super().to_internal_value(data)
 
 
 class StrictSerializer(serializers.Serializer[Any]):
@@ -41,6 +61,7 @@ class JSONObjectField(serializers.JSONField):
     default_error_messages = {
         "not_object": "Must be a JSON object.",
         "nul": "Must not contain NUL (\\u0000) characters.",
+        "surrogate": "Must not contain lone surrogate characters (U+D800 to U+DFFF).",
         "depth": f"Must not nest deeper than {MAX_JSON_DEPTH} levels.",
     }
 
@@ -51,16 +72,20 @@ class JSONObjectField(serializers.JSONField):
         self._check(value, 0)
         return value
 
+    def _check_text(self, text: str) -> None:
+        if "\x00" in text:
+            self.fail("nul")
+        if _SURROGATE.search(text):
+            self.fail("surrogate")
+
     def _check(self, value: Any, depth: int) -> None:
         if depth > MAX_JSON_DEPTH:
             self.fail("depth")
         if isinstance(value, str):
-            if "\x00" in value:
-                self.fail("nul")
+            self._check_text(value)
         elif isinstance(value, dict):
             for key, item in value.items():
-                if "\x00" in key:
-                    self.fail("nul")
+                self._check_text(key)
                 self._check(item, depth + 1)
         elif isinstance(value, list):
             for item in value:
@@ -68,47 +93,56 @@ class JSONObjectField(serializers.JSONField):
 
 
 class FlowCreateSerializer(StrictSerializer):
-    id = serializers.UUIDField(required=False, help_text="Client-chosen id; makes retries idempotent.")
+    id = StrictUUIDField(required=False, help_text="Client-chosen id; makes retries idempotent.")
     trigger_type = label_field(help_text="What opened the flow, e.g. `user_question`.")
-    trigger_ref = serializers.CharField(max_length=500, required=False, allow_blank=True)
-    trigger_summary = serializers.CharField(
+    trigger_ref = StrictCharField(max_length=500, required=False, allow_blank=True)
+    trigger_summary = StrictCharField(
         max_length=280, required=False, allow_blank=True, help_text="Plain-English, PHI-free description."
     )
-    trace_id = serializers.CharField(
+    trace_id = StrictCharField(
         max_length=100, required=False, help_text="Correlation id of the agent turn; generated when omitted."
     )
-    session_id = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    session_id = StrictCharField(max_length=100, required=False, allow_blank=True)
     agent = label_field(required=False, allow_blank=True)
-    patient_id = serializers.UUIDField(required=False, allow_null=True, help_text="Opaque patient id.")
+    patient_id = StrictUUIDField(required=False, allow_null=True, help_text="Opaque patient id.")
 
 
 class StepCreateSerializer(StrictSerializer):
-    id = serializers.UUIDField(required=False, help_text="Client-chosen id; makes retries idempotent.")
-    kind = label_field(help_text="retrieval, llm_prompt, verdict, graph_walk, aggregation, … (any label).")
-    agent = label_field()
-    summary_text = serializers.CharField(
-        max_length=280, help_text="≤ 280 chars: describes the step, not the patient's data."
+    id = StrictUUIDField(required=False, help_text="Client-chosen id; makes retries idempotent.")
+    kind = label_field(
+        max_length=64, help_text="retrieval, llm_prompt, verdict, graph_walk, aggregation, … (any label)."
     )
-    rationale = serializers.CharField(max_length=20_000, required=False, allow_blank=True)
+    agent = label_field()
+    summary_text = StrictCharField(max_length=280, help_text="≤ 280 chars: describes the step, not the patient's data.")
+    rationale = StrictCharField(max_length=20_000, required=False, allow_blank=True)
     inputs = JSONObjectField(required=False)
     outputs = JSONObjectField(required=False)
     pii_fields = serializers.ListField(
-        child=serializers.CharField(max_length=100),
+        child=StrictCharField(max_length=100),
         max_length=100,
         required=False,
         help_text="Top-level keys of inputs/outputs whose values are PII: stored encrypted, never as JSON.",
     )
-    parent_step_id = serializers.UUIDField(required=False, allow_null=True)
+    parent_step_id = StrictUUIDField(required=False, allow_null=True)
     extra_parent_ids = serializers.ListField(
-        child=serializers.UUIDField(), max_length=50, required=False, help_text="Further parents (merges)."
+        child=StrictUUIDField(), max_length=50, required=False, help_text="Further parents (merges)."
     )
     confidence = serializers.FloatField(min_value=0.0, max_value=1.0, required=False, allow_null=True)
     latency_ms = serializers.IntegerField(min_value=0, max_value=2_147_483_647, required=False, allow_null=True)
-    llm_call_log_ref = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    experiment_trace_ref = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    decision_graph_node_ref = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    memory_claim_ref = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    span_id = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    llm_call_log_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
+    experiment_trace_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
+    decision_graph_node_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
+    memory_claim_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
+    span_id = StrictCharField(max_length=64, required=False, allow_blank=True)
+
+
+MAX_BATCH_STEPS = 100
+
+
+class StepBatchSerializer(StrictSerializer):
+    steps: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=StepCreateSerializer(), min_length=1, max_length=MAX_BATCH_STEPS
+    )
 
 
 class FlowCloseSerializer(StrictSerializer):
@@ -116,8 +150,8 @@ class FlowCloseSerializer(StrictSerializer):
         choices=[ReasoningFlow.State.COMPLETED.value, ReasoningFlow.State.ABORTED.value]
     )
     outcome_type = label_field(required=False, allow_blank=True)
-    outcome_summary = serializers.CharField(max_length=280, required=False, allow_blank=True)
-    abort_reason = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    outcome_summary = StrictCharField(max_length=280, required=False, allow_blank=True)
+    abort_reason = StrictCharField(max_length=200, required=False, allow_blank=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["flow_state"] == ReasoningFlow.State.COMPLETED:
@@ -128,30 +162,54 @@ class FlowCloseSerializer(StrictSerializer):
         return attrs
 
 
+# Responses are built by the *_representation functions below (plain attribute reads;
+# DRF's JSON encoder formats UUIDs and datetimes exactly as its serializer fields do).
+# Building a ModelSerializer per response cost ~1 ms of the ~3 ms write path; the
+# ModelSerializer classes remain the documented (OpenAPI) shape, and
+# tests/reasoning/test_representation.py keeps the two identical.
+
+
+def flow_representation(flow: ReasoningFlow) -> dict[str, Any]:
+    return {name: getattr(flow, name) for name in FLOW_FIELDS}
+
+
+def step_representation(step: ReasoningStep) -> dict[str, Any]:
+    return {name: getattr(step, name) for name in STEP_FIELDS}
+
+
+def admin_flow_representation(flow: ReasoningFlow, steps: list[ReasoningStep]) -> dict[str, Any]:
+    data = flow_representation(flow)
+    data["steps"] = [{name: getattr(step, name) for name in ADMIN_STEP_FIELDS} for step in steps]
+    return data
+
+
+FLOW_FIELDS = [
+    "id",
+    "trigger_type",
+    "trigger_ref",
+    "trigger_summary",
+    "trace_id",
+    "session_id",
+    "agent",
+    "patient_id",
+    "flow_state",
+    "step_count",
+    "outcome_type",
+    "outcome_summary",
+    "outcome_confidence",
+    "abort_reason",
+    "patient_safe_summary",
+    "created_at",
+    "closed_at",
+]
+
+
 class FlowSerializer(serializers.ModelSerializer[ReasoningFlow]):
     patient_id = serializers.UUIDField(read_only=True, allow_null=True)
 
     class Meta:
         model = ReasoningFlow
-        fields = [
-            "id",
-            "trigger_type",
-            "trigger_ref",
-            "trigger_summary",
-            "trace_id",
-            "session_id",
-            "agent",
-            "patient_id",
-            "flow_state",
-            "step_count",
-            "outcome_type",
-            "outcome_summary",
-            "outcome_confidence",
-            "abort_reason",
-            "patient_safe_summary",
-            "created_at",
-            "closed_at",
-        ]
+        fields = FLOW_FIELDS
         read_only_fields = fields
 
 
@@ -176,6 +234,9 @@ STEP_FIELDS = [
 ]
 
 
+ADMIN_STEP_FIELDS = [*STEP_FIELDS, "rationale", "inputs", "outputs"]
+
+
 class StepSerializer(serializers.ModelSerializer[ReasoningStep]):
     flow_id = serializers.UUIDField(read_only=True)
     parent_step_id = serializers.UUIDField(read_only=True, allow_null=True)
@@ -186,11 +247,15 @@ class StepSerializer(serializers.ModelSerializer[ReasoningStep]):
         read_only_fields = fields
 
 
+class StepBatchResponseSerializer(serializers.Serializer[Any]):
+    steps = StepSerializer(many=True)
+
+
 class AdminStepSerializer(StepSerializer):
     """The operator's view of a step: adds rationale and the non-PII inputs/outputs."""
 
     class Meta(StepSerializer.Meta):
-        fields = [*STEP_FIELDS, "rationale", "inputs", "outputs"]
+        fields = ADMIN_STEP_FIELDS
         read_only_fields = fields
 
 

@@ -7,7 +7,7 @@ import json
 import logging
 import secrets
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -49,12 +49,14 @@ def create_api_token(
         raise InvalidInput(f"unknown scope(s): {', '.join(unknown)}", field="scopes")
     if not scopes:
         raise InvalidInput("at least one scope is required", field="scopes")
-    if ApiToken.objects.filter(name=name).exists():
-        raise Conflict(f"a token named {name!r} already exists", field="name")
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(
-        name=name, token_hash=hash_token(raw), prefix=raw[:12], scopes=scopes, expires_at=expires_at
-    )
+    try:
+        with transaction.atomic():  # a savepoint: the unique name decides concurrent creations
+            token = ApiToken.objects.create(
+                name=name, token_hash=hash_token(raw), prefix=raw[:12], scopes=scopes, expires_at=expires_at
+            )
+    except IntegrityError:
+        raise Conflict(f"a token named {name!r} already exists", field="name") from None
     record(
         Action.API_TOKEN_CREATED,
         actor=actor,
@@ -133,61 +135,54 @@ def _replayed(existing: ReasoningFlow | ReasoningStep, fingerprint: str) -> Any:
 
 
 def add_step(flow_id: uuid.UUID, data: Mapping[str, Any], *, actor: str) -> tuple[ReasoningStep, bool]:
-    """Append a step to an active flow. Returns ``(step, created)``.
+    """Append one step to an active flow. Returns ``(step, created)``; see ``add_steps``."""
+    steps, created = add_steps(flow_id, [data], actor=actor)
+    return steps[0], created
+
+
+def add_steps(
+    flow_id: uuid.UUID, items: Sequence[Mapping[str, Any]], *, actor: str
+) -> tuple[list[ReasoningStep], bool]:
+    """Append steps to an active flow, in order, all or none. Returns ``(steps, created)``.
 
     Parents (``parent_step_id`` and ``extra_parent_ids``) must be earlier steps of the
-    same flow, so the graph cannot have cycles. Values of the keys named in
-    ``pii_fields`` go to encrypted columns and never into the ``inputs``/``outputs`` JSON.
+    same flow (already stored, or earlier in this batch), so the graph has no cycles.
+    Values of the keys named in ``pii_fields`` go to encrypted columns and never into
+    the ``inputs``/``outputs`` JSON. Each step gets its own audit event.
+
+    Retries are safe when steps carry client-chosen ids: if every step already exists
+    with the same body, the stored steps come back with ``created`` False; any other
+    overlap with stored steps is a conflict.
     """
-    fields = dict(data)
-    fingerprint = request_fingerprint(fields)
-    step_id = fields.pop("id", None)
-    if step_id is not None:
-        existing = ReasoningStep.objects.filter(pk=step_id).first()
-        if existing is not None:
-            if existing.flow_id != flow_id:
-                raise Conflict(f"id {step_id} already names a step of another flow", field="id")
-            return _replayed(existing, fingerprint), False
+    prepared = [_prepare_step(dict(item)) for item in items]
+    client_ids = [step.id for step, has_id in prepared if has_id]
+    if len(set(client_ids)) != len(client_ids):
+        raise InvalidInput("step ids must be unique within a request", field="id")
+    if client_ids and (replayed := _replayed_steps(flow_id, prepared)) is not None:
+        return replayed, False
+    steps = [step for step, _ in prepared]
     try:
-        step = _insert_step(flow_id, fields, step_id=step_id, fingerprint=fingerprint, actor=actor)
+        _insert_steps(flow_id, steps, actor=actor)
     except IntegrityError:
-        existing = ReasoningStep.objects.filter(pk=step_id).first() if step_id else None
-        if existing is None:
+        # A concurrent retry with the same ids won the race.
+        if not client_ids or (replayed := _replayed_steps(flow_id, prepared)) is None:
             raise
-        return _replayed(existing, fingerprint), False
-    metrics.record_step_written(step.kind, step.agent)
-    return step, True
+        return replayed, False
+    for step in steps:
+        metrics.record_step_written(step.kind, step.agent)
+    return steps, True
 
 
-@transaction.atomic(durable=True)
-def _insert_step(
-    flow_id: uuid.UUID, fields: dict[str, Any], *, step_id: uuid.UUID | None, fingerprint: str, actor: str
-) -> ReasoningStep:
-    # Taking the next position locks the flow row until commit: a concurrent close
-    # waits for this step (and then counts it), or wins and this step gets a 409.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE reasoning_flow SET step_count = step_count + 1 "
-            "WHERE id = %s AND flow_state = %s RETURNING step_count",
-            [flow_id, State.ACTIVE],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        _raise_missing_or_closed(flow_id)
-    position = row[0]
-
-    parent_id = fields.pop("parent_step_id", None)
-    extra_parent_ids = list(dict.fromkeys(fields.pop("extra_parent_ids", None) or []))
-    _check_parents(flow_id, parent_id, extra_parent_ids)
-
+def _prepare_step(fields: dict[str, Any]) -> tuple[ReasoningStep, bool]:
+    """An unsaved step from a validated body, PII split off; and whether the client chose its id."""
+    fingerprint = request_fingerprint(fields)
+    client_id = fields.pop("id", None)
     pii_fields = list(dict.fromkeys(fields.pop("pii_fields", None) or []))
     inputs, inputs_pii = _split_pii(fields.pop("inputs", None) or {}, pii_fields)
     outputs, outputs_pii = _split_pii(fields.pop("outputs", None) or {}, pii_fields)
     step = ReasoningStep(
-        flow_id=flow_id,
-        position=position,
-        parent_step_id=parent_id,
-        extra_parent_ids=extra_parent_ids,
+        id=client_id or uuid.uuid4(),
+        extra_parent_ids=list(dict.fromkeys(fields.pop("extra_parent_ids", None) or [])),
         inputs=inputs,
         outputs=outputs,
         pii_fields=pii_fields,
@@ -196,23 +191,59 @@ def _insert_step(
         request_hash=fingerprint,
         **fields,
     )
-    if step_id is not None:
-        step.id = step_id
-    step.save(force_insert=True)
-    record(
-        Action.STEP_CREATED,
-        actor=actor,
-        target=step,
-        payload={
-            "flow_id": str(flow_id),
-            "position": position,
-            "kind": step.kind,
-            "agent": step.agent,
-            "parent_count": (parent_id is not None) + len(extra_parent_ids),
-            "pii_field_count": len(pii_fields),
-        },
-    )
-    return step
+    return step, client_id is not None
+
+
+def _replayed_steps(flow_id: uuid.UUID, prepared: list[tuple[ReasoningStep, bool]]) -> list[ReasoningStep] | None:
+    """The stored steps if this request is an exact retry; None if none of them exist yet."""
+    ids = [step.id for step, has_id in prepared if has_id]
+    stored = {step.pk: step for step in ReasoningStep.objects.filter(pk__in=ids)}
+    if not stored:
+        return None
+    replayed = []
+    for step, has_id in prepared:
+        existing = stored.get(step.id) if has_id else None
+        if existing is None:
+            raise Conflict("some steps of this request already exist; retry the same request unchanged", field="id")
+        if existing.flow_id != flow_id:
+            raise Conflict(f"id {step.id} already names a step of another flow", field="id")
+        replayed.append(_replayed(existing, step.request_hash))
+    return replayed
+
+
+@transaction.atomic(durable=True)
+def _insert_steps(flow_id: uuid.UUID, steps: list[ReasoningStep], *, actor: str) -> None:
+    # Taking the positions locks the flow row until commit: a concurrent close waits
+    # for these steps (and then counts them), or wins and they get a 409.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE reasoning_flow SET step_count = step_count + %s "
+            "WHERE id = %s AND flow_state = %s RETURNING step_count",
+            [len(steps), flow_id, State.ACTIVE],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        _raise_missing_or_closed(flow_id)
+    first_position = row[0] - len(steps) + 1
+    _check_parents(flow_id, steps)
+    for offset, step in enumerate(steps):
+        step.flow_id = flow_id
+        step.position = first_position + offset
+    ReasoningStep.objects.bulk_create(steps)
+    for step in steps:
+        record(
+            Action.STEP_CREATED,
+            actor=actor,
+            target=step,
+            payload={
+                "flow_id": str(flow_id),
+                "position": step.position,
+                "kind": step.kind,
+                "agent": step.agent,
+                "parent_count": (step.parent_step_id is not None) + len(step.extra_parent_ids),
+                "pii_field_count": len(step.pii_fields),
+            },
+        )
 
 
 def _raise_missing_or_closed(flow_id: uuid.UUID) -> Any:
@@ -222,20 +253,35 @@ def _raise_missing_or_closed(flow_id: uuid.UUID) -> Any:
     raise Conflict(f"flow {flow_id} is {state}; it no longer accepts changes")
 
 
-def _check_parents(flow_id: uuid.UUID, parent_id: uuid.UUID | None, extra_ids: list[uuid.UUID]) -> None:
-    wanted = set(extra_ids)
-    if parent_id is not None:
-        wanted.add(parent_id)
-        if parent_id in extra_ids:
-            raise InvalidInput("must not repeat parent_step_id", field="extra_parent_ids")
-    if not wanted:
-        return
-    found = set(ReasoningStep.objects.filter(flow_id=flow_id, pk__in=wanted).values_list("pk", flat=True))
-    if parent_id is not None and parent_id not in found:
-        raise InvalidInput("must be an existing step of the same flow", field="parent_step_id")
-    missing = [str(pk) for pk in extra_ids if pk not in found]
-    if missing:
-        raise InvalidInput(f"not steps of this flow: {', '.join(missing)}", field="extra_parent_ids")
+def _check_parents(flow_id: uuid.UUID, steps: list[ReasoningStep]) -> None:
+    """Every parent is a stored step of this flow or an earlier step of this request."""
+    earlier: set[uuid.UUID] = set()
+    referenced = {
+        parent
+        for step in steps
+        for parent in ([step.parent_step_id] if step.parent_step_id else []) + step.extra_parent_ids
+    }
+    batch_ids = {step.id for step in steps}
+    to_look_up = referenced - batch_ids
+    stored = (
+        set(ReasoningStep.objects.filter(flow_id=flow_id, pk__in=to_look_up).values_list("pk", flat=True))
+        if to_look_up
+        else set()
+    )
+    prefix = "" if len(steps) == 1 else "steps[{}]."
+    for index, step in enumerate(steps):
+        known = stored | earlier
+        where = prefix.format(index)
+        if step.parent_step_id is not None and step.parent_step_id not in known:
+            raise InvalidInput("must be an existing, earlier step of the same flow", field=f"{where}parent_step_id")
+        if step.parent_step_id in step.extra_parent_ids:
+            raise InvalidInput("must not repeat parent_step_id", field=f"{where}extra_parent_ids")
+        missing = [str(pk) for pk in step.extra_parent_ids if pk not in known]
+        if missing:
+            raise InvalidInput(
+                f"not earlier steps of this flow: {', '.join(missing)}", field=f"{where}extra_parent_ids"
+            )
+        earlier.add(step.id)
 
 
 def _split_pii(document: dict[str, Any], pii_fields: list[str]) -> tuple[dict[str, Any], str | None]:

@@ -28,10 +28,9 @@ class MetricSnapshot:
             for scope_metric in resource_metric.scope_metrics:
                 for metric in scope_metric.metrics:
                     for point in metric.data.data_points:
-                        value = getattr(point, "value", None)
-                        if value is None:
-                            value = point.count  # histogram
-                        self.points[(metric.name, frozenset(point.attributes.items()))] = value
+                        # Counters carry a value; histograms a count of recordings.
+                        value = float(getattr(point, "value", None) or getattr(point, "count", 0))
+                        self.points[(metric.name, frozenset((point.attributes or {}).items()))] = value
 
     def value(self, name: str, **attributes: Any) -> float:
         """Total over points of ``name`` whose attributes include ``attributes``."""

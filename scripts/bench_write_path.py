@@ -1,0 +1,242 @@
+"""Write-path benchmark: API step writes per second against raw single-row INSERTs.
+
+1. Creates a throw-away database (``rft_bench``) on the same Postgres server, migrates
+   it and makes a ``reasoning.write`` token.
+2. Starts the real stack against it: gunicorn (``--workers``, persistent DB connections)
+   and the audit chainer.
+3. Drives the HTTP API with ``wrk`` (C, light on CPU): each connection opens a flow,
+   writes 5 steps (each with a PII field, so encryption runs), closes it, repeats.
+4. Measures, on the same database, a psycopg loop of single-row INSERTs, one row per
+   transaction (autocommit), from one client.
+5. Verifies the audit chain covers every write, prints the rates and their ratio as
+   ``step_writes_per_s=<n> raw_inserts_per_s=<n> ratio=<r>``, drops the database.
+
+Run with ``make bench``. Needs ``wrk`` (Debian package ``wrk``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+BENCH_DB = "rft_bench"
+
+
+def server_url() -> str:
+    """A libpq URL for the server (not the database) that the project uses."""
+    if url := os.environ.get("DATABASE_URL"):
+        return url
+    sys.path.insert(0, str(ROOT))
+    from config.embedded_pg import embedded_database_url
+
+    return embedded_database_url(ROOT / ".data", "reasoning_flow")
+
+
+def with_database(url: str, name: str) -> str:
+    """``url`` with its database name replaced by ``name``."""
+    return re.sub(r"^(postgres(?:ql)?://[^/]*/)([^?]*)", rf"\g<1>{name}", url)
+
+
+def child_env(url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    if "DATABASE_URL" in env:
+        env["DATABASE_URL"] = with_database(url, BENCH_DB)
+    else:
+        env["RFT_EMBEDDED_DB_NAME"] = BENCH_DB
+    env["LOG_LEVEL"] = "WARNING"
+    return env
+
+
+def recreate_database(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(BENCH_DB)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BENCH_DB)))
+
+
+def drop_database(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(BENCH_DB)))
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        sys.exit(f"manage.py {' '.join(args)} failed:\n{result.stderr}")
+    return result.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until_up(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/reasoning/flows", timeout=1)
+        except urllib.error.HTTPError:
+            return  # any HTTP answer (401/405) means the server is serving
+        except OSError:
+            time.sleep(0.2)
+    sys.exit("the web server did not come up")
+
+
+def run_wrk(port: int, token: str, connections: int, duration: int, mode: str) -> dict[str, int]:
+    env = dict(os.environ, RFT_BENCH_TOKEN=token, RFT_BENCH_STEPS="5", RFT_BENCH_MODE=mode)
+    result = subprocess.run(
+        [
+            "wrk",
+            f"-t{connections}",
+            f"-c{connections}",
+            f"-d{duration}s",
+            "--timeout",
+            "10s",
+            "-s",
+            str(ROOT / "scripts" / "bench_write_path.lua"),
+            f"http://127.0.0.1:{port}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    match = re.search(r"^RESULT (.*)$", result.stdout, re.MULTILINE)
+    if not match:
+        sys.exit(f"wrk printed no result:\n{result.stdout}\n{result.stderr}")
+    if sample := re.search(r"^SAMPLE_ERROR (.*)$", result.stdout, re.MULTILINE):
+        print(f"  sample error: {sample.group(1)}")
+    return {key: int(value) for key, value in (item.split("=") for item in match.group(1).split())}
+
+
+MODES = {
+    "single": "per flow: open, 5 step requests, close",
+    "batch": "per flow: open, 1 request with 5 steps, close",
+}
+
+
+def step_rate(result: dict[str, int]) -> float:
+    return result["steps"] / (result["duration_us"] / 1e6)
+
+
+def describe(result: dict[str, int]) -> str:
+    seconds = result["duration_us"] / 1e6
+    return (
+        f"{result['requests']} requests ({result['requests'] / seconds:.0f}/s), {result['steps']} steps "
+        f"({step_rate(result):.0f}/s), {result['flows']} flows, {result['errors']} errors; "
+        f"latency p50 {result['p50_us'] / 1000:.1f} ms, p99 {result['p99_us'] / 1000:.1f} ms"
+    )
+
+
+def raw_insert_rate(url: str, seconds: float) -> float:
+    """Single-row INSERTs, one transaction each, from one client, for ``seconds``."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS bench_raw ("
+            "id bigserial PRIMARY KEY, flow_id uuid NOT NULL, payload jsonb NOT NULL,"
+            " created_at timestamptz NOT NULL DEFAULT now())"
+        )
+        flow_id = uuid.uuid4()
+        payload = '{"kind":"retrieval","summary_text":"Benchmark step reviewed the evidence","hits":3}'
+        count = 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        with conn.cursor() as cur:
+            while time.perf_counter() < deadline:
+                for _ in range(100):
+                    cur.execute("INSERT INTO bench_raw (flow_id, payload) VALUES (%s, %s)", (flow_id, payload))
+                count += 100
+        return count / (time.perf_counter() - start)
+
+
+def audit_check(env: dict[str, str]) -> str:
+    out = manage(env, "audit_verify", "--chain-first", "--no-progress")
+    return out.strip().splitlines()[-1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=int, default=20, help="seconds of API load (default 20)")
+    parser.add_argument("--connections", type=int, default=4, help="concurrent wrk clients (default 4)")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
+    parser.add_argument("--raw-seconds", type=float, default=10.0, help="seconds of raw INSERT loop (default 10)")
+    parser.add_argument("--keep-db", action="store_true", help="leave the rft_bench database for inspection")
+    args = parser.parse_args()
+
+    if not shutil.which("wrk"):
+        sys.exit("wrk is not installed: apt-get install wrk")
+    url = server_url()
+    env = child_env(url)
+    bench_url = with_database(url, BENCH_DB)
+
+    print(f"[1/5] creating database {BENCH_DB} and migrating", flush=True)
+    recreate_database(url)
+    manage(env, "migrate", "--no-input")
+    token = manage(env, "create_api_token", "--name", "bench", "--scopes", "reasoning.write").strip().splitlines()[-1]
+
+    port = free_port()
+    print(f"[2/5] starting gunicorn ({args.workers} workers) on :{port} and the audit chainer", flush=True)
+    procs = [
+        subprocess.Popen(
+            [
+                str(BIN / "gunicorn"),
+                "config.wsgi",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                str(args.workers),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+        ),
+        subprocess.Popen([sys.executable, "manage.py", "audit_chainer"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL),
+    ]
+    results: dict[str, dict[str, int]] = {}
+    try:
+        wait_until_up(port)
+        run_wrk(port, token, args.connections, 3, "single")  # warm-up: connections, imports, caches
+        for mode, shape in MODES.items():
+            print(f"[3/5] wrk, {mode}: {args.connections} clients for {args.duration}s ({shape})", flush=True)
+            results[mode] = result = run_wrk(port, token, args.connections, args.duration, mode)
+            print(f"  {describe(result)}", flush=True)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=30)
+
+    print(f"[4/5] raw psycopg single-row INSERT loop for {args.raw_seconds:.0f}s", flush=True)
+    raw_rate = raw_insert_rate(bench_url, args.raw_seconds)
+    print("[5/5] verifying the audit chain", flush=True)
+    print(f"  {audit_check(env)}", flush=True)
+    if not args.keep_db:
+        drop_database(url)
+    single, batch = step_rate(results["single"]), step_rate(results["batch"])
+    print(f"one request per step: step_writes_per_s={single:.0f} ratio={single / raw_rate:.3f}")
+    print(f"step_writes_per_s={batch:.0f} raw_inserts_per_s={raw_rate:.0f} ratio={batch / raw_rate:.3f}")
+    return 1 if any(result["errors"] for result in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

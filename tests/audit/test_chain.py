@@ -1,0 +1,240 @@
+"""The chainer: pending events become a linear hash chain, also under concurrency."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import threading
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+
+from audit.actions import Action
+from audit.canonical import GENESIS_HASH
+from audit.chain import CHAINER_LOCK_KEY, chain_all, chain_pending, verify_chain
+from audit.models import AuditChainLink, AuditEvent, AuditPending
+from audit.services import record
+
+# Generous bound for thread hand-offs; a healthy run takes milliseconds.
+THREAD_TIMEOUT = 60
+
+
+def _record_events(count: int, *, actor: str = "system:test") -> list[int]:
+    """Write ``count`` events, each in its own transaction; return their sequence numbers."""
+    ids = []
+    for i in range(count):
+        with transaction.atomic():
+            ids.append(record(Action.STEP_CREATED, actor=actor, target=("test.item", i), payload={"i": i}))
+    return ids
+
+
+def _links() -> list[AuditChainLink]:
+    return list(AuditChainLink.objects.order_by("position"))
+
+
+def _expected_hash(prev_hash: str, position: int, event_id: int, canonical: bytes) -> str:
+    # Written out from the design (sha256 over prev_hash|position|event_id|canonical), not
+    # imported, so a change to the production hash shows up here.
+    return hashlib.sha256(f"{prev_hash}|{position}|{event_id}|".encode() + canonical).hexdigest()
+
+
+def test_chain_pending_links_pending_events_in_sequence_order(db: None) -> None:
+    ids = _record_events(5)
+
+    assert chain_pending() == 5
+
+    assert [(link.position, link.event_id) for link in _links()] == list(zip(range(1, 6), ids, strict=True))
+    assert not AuditPending.objects.exists()
+
+
+def test_each_link_hashes_previous_hash_position_event_and_canonical_bytes(db: None) -> None:
+    _record_events(3)
+    assert chain_pending() == 3
+    _record_events(4)
+    assert chain_pending() == 4
+
+    links = _links()
+    canonical = {event.pk: bytes(event.canonical) for event in AuditEvent.objects.all()}
+    assert [link.position for link in links] == list(range(1, 8))
+    prev_hash = GENESIS_HASH
+    for link in links:
+        assert link.prev_hash == prev_hash, f"link {link.position} does not point at link {link.position - 1}"
+        assert link.hash == _expected_hash(prev_hash, link.position, link.event_id, canonical[link.event_id])
+        prev_hash = link.hash
+
+
+def test_chain_pending_takes_at_most_batch_size_oldest_events(db: None) -> None:
+    ids = _record_events(5)
+
+    assert chain_pending(batch_size=2) == 2
+
+    assert [link.event_id for link in _links()] == ids[:2]
+    assert sorted(AuditPending.objects.values_list("event_id", flat=True)) == ids[2:]
+
+
+def test_chain_all_links_every_pending_event_across_batches(db: None) -> None:
+    ids = _record_events(7)
+
+    assert chain_all(batch_size=3) == 7
+
+    assert [(link.position, link.event_id) for link in _links()] == list(zip(range(1, 8), ids, strict=True))
+    assert not AuditPending.objects.exists()
+    assert verify_chain().ok
+
+
+def test_chain_pending_with_nothing_pending_links_nothing(db: None) -> None:
+    assert chain_pending() == 0
+    assert not AuditChainLink.objects.exists()
+
+
+def test_audit_chainer_once_links_everything_pending_even_past_one_batch(db: None) -> None:
+    ids = _record_events(5)
+    # The command installs SIGINT/SIGTERM handlers; keep pytest's own.
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    out = StringIO()
+    try:
+        call_command("audit_chainer", "--once", "--batch-size", "2", stdout=out)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+    assert [link.event_id for link in _links()] == ids
+    assert not AuditPending.objects.exists()
+    assert "audit chainer stopped" in out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_chainer_leaves_uncommitted_events_for_a_later_run() -> None:
+    recorded = threading.Event()
+    commit = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            with transaction.atomic():
+                record(Action.STEP_CREATED, actor="system:slow-writer")
+                recorded.set()
+                assert commit.wait(THREAD_TIMEOUT)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert recorded.wait(THREAD_TIMEOUT)
+        assert chain_all() == 0
+    finally:
+        commit.set()
+        thread.join(THREAD_TIMEOUT)
+    assert not errors
+
+    assert chain_all() == 1
+    assert verify_chain().ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_chain_pending_without_wait_returns_zero_while_another_chainer_holds_the_lock() -> None:
+    ids = _record_events(3)
+    held = threading.Event()
+    release = threading.Event()
+    errors: list[BaseException] = []
+
+    def other_chainer() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAINER_LOCK_KEY])
+                held.set()
+                assert release.wait(THREAD_TIMEOUT)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=other_chainer)
+    thread.start()
+    try:
+        assert held.wait(THREAD_TIMEOUT)
+        assert chain_pending(wait=False) == 0
+        assert sorted(AuditPending.objects.values_list("event_id", flat=True)) == ids
+    finally:
+        release.set()
+        thread.join(THREAD_TIMEOUT)
+    assert not errors
+
+    assert chain_pending(wait=False) == 3
+    assert [link.event_id for link in _links()] == ids
+
+
+WRITERS = 8
+EVENTS_PER_WRITER = 50
+CHAINERS = 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_writers_and_chainers_link_every_event_exactly_once() -> None:
+    start = threading.Barrier(WRITERS + CHAINERS, timeout=THREAD_TIMEOUT)
+    writers_done = threading.Event()
+    errors: list[BaseException] = []
+    linked_by_chainers: list[int] = []
+
+    def writer(n: int) -> None:
+        try:
+            start.wait()
+            for i in range(EVENTS_PER_WRITER):
+                with transaction.atomic():
+                    record(Action.STEP_CREATED, actor=f"system:writer-{n}", target=("test.writer", n), payload={"i": i})
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    def chainer(n: int) -> None:
+        total = 0
+        try:
+            start.wait()
+            while not writers_done.is_set():
+                # One waiting chainer, two that skip when the lock is taken; small,
+                # uneven batches so links interleave with commits.
+                total += chain_all(batch_size=7) if n == 0 else chain_pending(batch_size=4 + n, wait=False)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            linked_by_chainers.append(total)
+            connection.close()
+
+    writers = [threading.Thread(target=writer, args=(n,)) for n in range(WRITERS)]
+    chainers = [threading.Thread(target=chainer, args=(n,)) for n in range(CHAINERS)]
+    for thread in writers + chainers:
+        thread.start()
+    for thread in writers:
+        thread.join(THREAD_TIMEOUT)
+    writers_done.set()
+    for thread in chainers:
+        thread.join(THREAD_TIMEOUT)
+    assert not any(thread.is_alive() for thread in writers + chainers), "a thread hung"
+    assert not errors, errors
+
+    linked_at_the_end = chain_all()
+
+    total = WRITERS * EVENTS_PER_WRITER
+    event_ids = sorted(AuditEvent.objects.values_list("id", flat=True))
+    links = _links()
+    assert len(event_ids) == total
+    assert [link.position for link in links] == list(range(1, total + 1))
+    # Every event in exactly one link.
+    assert sorted(link.event_id for link in links) == event_ids
+    # No batch was counted twice: what the chainers report adds up to the chain length.
+    assert sum(linked_by_chainers) + linked_at_the_end == total
+    assert not AuditPending.objects.exists()
+    # A writer's events commit one after another, so the chain keeps each writer's order.
+    actor_of = dict(AuditEvent.objects.values_list("id", "actor"))
+    for n in range(WRITERS):
+        chained = [link.event_id for link in links if actor_of[link.event_id] == f"system:writer-{n}"]
+        assert chained == sorted(chained)
+    result = verify_chain()
+    assert result.ok, result.broken
+    assert (result.linked, result.pending) == (total, 0)

@@ -1,0 +1,290 @@
+"""PATCH /api/reasoning/flows/{id}: complete or abort a flow, once."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from audit.models import AuditEvent
+from reasoning.models import ReasoningFlow
+from reasoning.signals import flow_closed
+
+pytestmark = pytest.mark.django_db
+
+COMPLETE = {"flow_state": "completed", "outcome_type": "recommendation_delivered", "outcome_summary": "Advised a visit"}
+ABORT = {"flow_state": "aborted", "abort_reason": "tool_error"}
+
+
+def flow_url(flow_id: str) -> str:
+    return f"/api/reasoning/flows/{flow_id}"
+
+
+def add_step(client: APIClient, flow_id: str, confidence: float | None) -> None:
+    body: dict[str, Any] = {"kind": "retrieval", "agent": "researcher", "summary_text": "Looked up guidelines"}
+    if confidence is not None:
+        body["confidence"] = confidence
+    response = client.post(f"{flow_url(flow_id)}/steps", body, format="json")
+    assert response.status_code == 201, response.content
+
+
+def events(action: str) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(action=action).order_by("id"))
+
+
+def test_complete_is_200_and_sets_closed_at_and_outcome(agent: APIClient, flow: dict[str, Any]) -> None:
+    response = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
+
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["flow_state"] == "completed"
+    assert body["closed_at"] is not None
+    assert body["outcome_type"] == "recommendation_delivered"
+    assert body["outcome_summary"] == "Advised a visit"
+    stored = ReasoningFlow.objects.get(pk=flow["id"])
+    assert stored.flow_state == ReasoningFlow.State.COMPLETED
+    assert stored.closed_at is not None
+    assert stored.closed_at >= stored.created_at
+
+
+def test_outcome_confidence_is_the_lowest_step_confidence(agent: APIClient, flow: dict[str, Any]) -> None:
+    for confidence in (0.95, 0.72, 0.9):
+        add_step(agent, flow["id"], confidence)
+
+    response = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
+
+    assert response.status_code == 200
+    assert response.json()["outcome_confidence"] == pytest.approx(0.72)
+    assert ReasoningFlow.objects.get(pk=flow["id"]).outcome_confidence == pytest.approx(0.72)
+
+
+def test_steps_without_confidence_do_not_lower_outcome_confidence(agent: APIClient, flow: dict[str, Any]) -> None:
+    add_step(agent, flow["id"], 0.95)
+    add_step(agent, flow["id"], None)
+    add_step(agent, flow["id"], 0.9)
+
+    response = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
+
+    assert response.json()["outcome_confidence"] == pytest.approx(0.9)
+
+
+def test_outcome_confidence_is_null_for_a_flow_without_steps(agent: APIClient, flow: dict[str, Any]) -> None:
+    response = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
+
+    assert response.status_code == 200
+    assert response.json()["outcome_confidence"] is None
+
+
+def test_abort_with_reason_is_200(agent: APIClient, flow: dict[str, Any]) -> None:
+    add_step(agent, flow["id"], 0.5)
+
+    response = agent.patch(flow_url(flow["id"]), ABORT, format="json")
+
+    assert response.status_code == 200, response.content
+    assert response.json()["flow_state"] == "aborted"
+    assert response.json()["abort_reason"] == "tool_error"
+    assert response.json()["closed_at"] is not None
+    stored = ReasoningFlow.objects.get(pk=flow["id"])
+    assert stored.flow_state == ReasoningFlow.State.ABORTED
+    assert stored.abort_reason == "tool_error"
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [(COMPLETE, COMPLETE), (ABORT, COMPLETE), (COMPLETE, ABORT)],
+    ids=["completed-then-completed", "aborted-then-completed", "completed-then-aborted"],
+)
+def test_close_twice_is_409_and_keeps_the_first_close(
+    agent: APIClient, flow: dict[str, Any], first: dict[str, str], second: dict[str, str]
+) -> None:
+    closed = agent.patch(flow_url(flow["id"]), first, format="json")
+
+    again = agent.patch(flow_url(flow["id"]), second, format="json")
+
+    assert closed.status_code == 200
+    assert again.status_code == 409
+    stored = ReasoningFlow.objects.get(pk=flow["id"])
+    assert stored.flow_state == first["flow_state"]
+    assert stored.closed_at is not None
+    assert stored.closed_at == datetime.fromisoformat(closed.json()["closed_at"])
+    close_events = events("reasoning.flow.completed") + events("reasoning.flow.aborted")
+    assert len(close_events) == 1
+
+
+def test_close_unknown_flow_is_404(agent: APIClient) -> None:
+    response = agent.patch(flow_url(str(uuid.uuid4())), COMPLETE, format="json")
+
+    assert response.status_code == 404
+    assert events("reasoning.flow.completed") == []
+
+
+def test_close_malformed_flow_id_is_400(agent: APIClient) -> None:
+    response = agent.patch(flow_url("not-a-uuid"), COMPLETE, format="json")
+
+    assert response.status_code == 400
+    assert "flow_id" in response.json()
+
+
+def test_complete_without_outcome_type_is_400_naming_it(agent: APIClient, flow: dict[str, Any]) -> None:
+    response = agent.patch(flow_url(flow["id"]), {"flow_state": "completed"}, format="json")
+
+    assert response.status_code == 400
+    assert "outcome_type" in response.json()
+    assert ReasoningFlow.objects.get(pk=flow["id"]).flow_state == ReasoningFlow.State.ACTIVE
+
+
+def test_abort_reason_on_complete_is_400_naming_it(agent: APIClient, flow: dict[str, Any]) -> None:
+    response = agent.patch(flow_url(flow["id"]), {**COMPLETE, "abort_reason": "tool_error"}, format="json")
+
+    assert response.status_code == 400
+    assert "abort_reason" in response.json()
+    assert ReasoningFlow.objects.get(pk=flow["id"]).flow_state == ReasoningFlow.State.ACTIVE
+
+
+@pytest.mark.parametrize("state", ["active", "bogus", ""])
+def test_flow_state_other_than_completed_or_aborted_is_400(agent: APIClient, flow: dict[str, Any], state: str) -> None:
+    response = agent.patch(flow_url(flow["id"]), {**COMPLETE, "flow_state": state}, format="json")
+
+    assert response.status_code == 400
+    assert "flow_state" in response.json()
+    stored = ReasoningFlow.objects.get(pk=flow["id"])
+    assert stored.flow_state == ReasoningFlow.State.ACTIVE
+    assert stored.closed_at is None
+
+
+def test_complete_audits_flow_completed(agent: APIClient, flow: dict[str, Any]) -> None:
+    add_step(agent, flow["id"], 0.8)
+
+    agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
+
+    (event,) = events("reasoning.flow.completed")
+    assert event.target_id == flow["id"]
+    assert event.actor == "token:agent"
+    assert event.payload["outcome_type"] == "recommendation_delivered"
+    assert event.payload["step_count"] == 1
+    assert events("reasoning.flow.aborted") == []
+
+
+def test_abort_audits_flow_aborted(agent: APIClient, flow: dict[str, Any]) -> None:
+    agent.patch(flow_url(flow["id"]), ABORT, format="json")
+
+    (event,) = events("reasoning.flow.aborted")
+    assert event.target_id == flow["id"]
+    assert event.actor == "token:agent"
+    assert event.payload["timeout"] is False
+    assert events("reasoning.flow.completed") == []
+
+
+def test_close_without_token_is_401(anonymous: APIClient, flow: dict[str, Any]) -> None:
+    response = anonymous.patch(flow_url(flow["id"]), COMPLETE, format="json")
+
+    assert response.status_code == 401
+    assert ReasoningFlow.objects.get(pk=flow["id"]).flow_state == ReasoningFlow.State.ACTIVE
+
+
+def test_close_with_read_only_token_is_403(reader: APIClient, flow: dict[str, Any]) -> None:
+    response = reader.patch(flow_url(flow["id"]), COMPLETE, format="json")
+
+    assert response.status_code == 403
+    assert ReasoningFlow.objects.get(pk=flow["id"]).flow_state == ReasoningFlow.State.ACTIVE
+
+
+# --- The after-commit flow_closed signal --------------------------------------------------
+
+
+@pytest.fixture
+def connect_receiver() -> Iterator[Callable[[Callable[..., Any]], None]]:
+    """Connect receivers to ``flow_closed`` for one test; disconnect them afterwards."""
+    connected: list[Callable[..., Any]] = []
+
+    def connect(receiver: Callable[..., Any]) -> None:
+        flow_closed.connect(receiver, weak=False)
+        connected.append(receiver)
+
+    yield connect
+    for receiver in connected:
+        flow_closed.disconnect(receiver)
+
+
+def test_flow_closed_signal_is_sent_only_after_commit(
+    agent: APIClient,
+    flow: dict[str, Any],
+    connect_receiver: Callable[[Callable[..., Any]], None],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    calls: list[dict[str, Any]] = []
+    connect_receiver(lambda sender, **kwargs: calls.append(kwargs))
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
+        assert response.status_code == 200
+    assert calls == []  # not yet committed, so nobody heard of it
+
+    for callback in callbacks:
+        callback()
+    assert len(calls) == 1
+    assert calls[0]["flow_id"] == uuid.UUID(flow["id"])
+    assert calls[0]["flow_state"] == "completed"
+
+
+def test_flow_closed_signal_carries_aborted_state(
+    agent: APIClient,
+    flow: dict[str, Any],
+    connect_receiver: Callable[[Callable[..., Any]], None],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    calls: list[dict[str, Any]] = []
+    connect_receiver(lambda sender, **kwargs: calls.append(kwargs))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        agent.patch(flow_url(flow["id"]), ABORT, format="json")
+
+    assert [(c["flow_id"], c["flow_state"]) for c in calls] == [(uuid.UUID(flow["id"]), "aborted")]
+
+
+def test_failed_close_sends_no_signal(
+    agent: APIClient,
+    flow: dict[str, Any],
+    connect_receiver: Callable[[Callable[..., Any]], None],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
+    calls: list[dict[str, Any]] = []
+    connect_receiver(lambda sender, **kwargs: calls.append(kwargs))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        again = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
+
+    assert again.status_code == 409
+    assert calls == []
+
+
+def test_receiver_that_raises_does_not_fail_the_close(
+    agent: APIClient,
+    flow: dict[str, Any],
+    connect_receiver: Callable[[Callable[..., Any]], None],
+    django_capture_on_commit_callbacks: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(sender: Any, **kwargs: Any) -> None:
+        raise RuntimeError("pathway extractor exploded")
+
+    calls: list[dict[str, Any]] = []
+    connect_receiver(broken)
+    connect_receiver(lambda sender, **kwargs: calls.append(kwargs))
+
+    with caplog.at_level(logging.ERROR), django_capture_on_commit_callbacks(execute=True):
+        response = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
+
+    assert response.status_code == 200
+    # The failure is logged for operators, naming the flow.
+    own_records = [r.getMessage() for r in caplog.records if r.name == "reasoning.services"]
+    assert any(flow["id"] in message and "RuntimeError" in message for message in own_records)
+    assert ReasoningFlow.objects.get(pk=flow["id"]).flow_state == ReasoningFlow.State.COMPLETED
+    assert len(events("reasoning.flow.completed")) == 1
+    assert len(calls) == 1  # later receivers still run
