@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import secrets
@@ -14,6 +13,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Min
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from audit.actions import Action
 from audit.services import record
@@ -30,9 +30,14 @@ State = ReasoningFlow.State
 
 
 def request_fingerprint(data: Mapping[str, Any]) -> str:
-    """Stable hash of a validated request body, for idempotent retries."""
+    """Keyed hash of a validated request body, for idempotent retries.
+
+    Keyed (HMAC with a key derived from SECRET_KEY) because the body includes PII
+    values: a plain digest in the row would let anyone holding a database copy confirm
+    a guessed name or MRN.
+    """
     encoded = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(encoded.encode()).hexdigest()
+    return salted_hmac("reasoning.request_fingerprint", encoded, algorithm="sha256").hexdigest()
 
 
 # --- API tokens ---------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
@@ -29,7 +29,7 @@ class MetricSnapshot:
                 for metric in scope_metric.metrics:
                     for point in metric.data.data_points:
                         # Counters carry a value; histograms a count of recordings.
-                        value = float(getattr(point, "value", None) or getattr(point, "count", 0))
+                        value = point.value if isinstance(point, NumberDataPoint) else point.count
                         self.points[(metric.name, frozenset((point.attributes or {}).items()))] = value
 
     def value(self, name: str, **attributes: Any) -> float:
