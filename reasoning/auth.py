@@ -57,9 +57,10 @@ class BearerTokenAuthentication(BaseAuthentication):
         raw = raw.strip()
         if not raw or " " in raw:
             raise exceptions.AuthenticationFailed("Malformed Authorization header: expected 'Bearer <token>'.")
-        token = ApiToken.objects.filter(token_hash=hash_token(raw)).first()
-        if token is None:
-            raise exceptions.AuthenticationFailed("Invalid token.")
+        try:
+            token = ApiToken.objects.get(token_hash=hash_token(raw))
+        except ApiToken.DoesNotExist:
+            raise exceptions.AuthenticationFailed("Invalid token.") from None
         if token.revoked_at is not None:
             raise exceptions.AuthenticationFailed("Token has been revoked.")
         if token.expires_at is not None and token.expires_at <= timezone.now():

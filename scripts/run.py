@@ -18,7 +18,7 @@ BIN = Path(sys.executable).parent
 
 def main() -> int:
     port = os.environ.get("PORT", "8000")
-    workers = os.environ.get("WEB_CONCURRENCY", "2")
+    workers = os.environ.get("WEB_CONCURRENCY", "3")
     commands = {
         "web": [
             str(BIN / "gunicorn"),
