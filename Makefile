@@ -25,6 +25,7 @@ db: setup
 	$(BIN)/python manage.py setup_schedules
 
 run: db
+	$(BIN)/python manage.py load_demo
 	$(BIN)/python manage.py collectstatic --no-input --verbosity 0
 	PORT=$(PORT) $(BIN)/python scripts/run.py
 

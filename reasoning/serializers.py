@@ -268,5 +268,5 @@ class AdminFlowSerializer(FlowSerializer):
 
     @extend_schema_field(AdminStepSerializer(many=True))
     def get_steps(self, flow: ReasoningFlow) -> list[dict[str, Any]]:
-        steps = self.context["steps"]
+        steps = self.context.get("steps", [])
         return AdminStepSerializer(steps, many=True).data  # type: ignore[return-value]
