@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Min
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -340,10 +339,13 @@ def _close(
     if not updated:
         _raise_missing_or_closed(flow_id)
     # A separate statement (fresh snapshot) so steps committed while we waited for the
-    # row lock are counted.
-    confidence = ReasoningStep.objects.filter(flow_id=flow_id).aggregate(low=Min("confidence"))["low"]
-    ReasoningFlow.objects.filter(pk=flow_id).update(outcome_confidence=confidence)
-    flow = ReasoningFlow.objects.get(pk=flow_id)
+    # row lock are counted; it also returns the closed flow.
+    (flow,) = ReasoningFlow.objects.raw(
+        "UPDATE reasoning_flow SET outcome_confidence = "
+        "(SELECT min(confidence) FROM reasoning_step WHERE flow_id = %s) "
+        "WHERE id = %s RETURNING *",
+        [flow_id, flow_id],
+    )
     action = Action.FLOW_COMPLETED if state == State.COMPLETED else Action.FLOW_ABORTED
     record(
         action,
