@@ -48,7 +48,14 @@ class Action(StrEnum):
     ADMIN_CLAIM_REVIEW_LISTED = "admin.reasoning.claims_pending_review.listed"
 
     # Patients and consent
+    PATIENT_CREATED = "patient.created"
     PATIENT_CONSENT_CHANGED = "patient.reasoning_read_consent.changed"
+    FIELD_ENCRYPTION_ROTATED = "admin.field_encryption.rotated"
+
+    # Raw chain-of-thought retention
+    JOB_REASONING_CONTENT_RETENTION_STARTED = "memory.job.reasoning_content_retention.started"
+    JOB_REASONING_CONTENT_RETENTION_COMPLETED = "memory.job.reasoning_content_retention.completed"
+    JOB_REASONING_CONTENT_RETENTION_ERROR = "memory.job.reasoning_content_retention.error"
 
     # Credentials
     API_TOKEN_CREATED = "auth.api_token.created"

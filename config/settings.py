@@ -181,6 +181,14 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+# Shared by every web process (the narrative read throttle keeps its counts here).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "rft_cache",
+    }
+}
+
 # --- Jobs ---------------------------------------------------------------------------
 Q_CLUSTER = {
     "name": "reasoning-flow",
@@ -195,6 +203,8 @@ Q_CLUSTER = {
 
 # Flows still active after this many hours are aborted with reason "timeout".
 FLOW_DECAY_HOURS = env_int("FLOW_DECAY_HOURS", 24, minimum=1)
+# Raw chain-of-thought is deleted this many days after its step was written.
+REASONING_CONTENT_RETENTION_DAYS = env_int("REASONING_CONTENT_RETENTION_DAYS", 30, minimum=1)
 
 # --- Logging ------------------------------------------------------------------------
 LOGGING = {

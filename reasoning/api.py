@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from config.errors import InvalidInput
 from reasoning import services
-from reasoning.auth import CanWrite, IsAdmin, actor_of
-from reasoning.models import ReasoningFlow
+from reasoning.access import CanReadNarrative, NarrativeReadThrottle, actor_for, patient_of
+from reasoning.auth import BearerTokenAuthentication, CanWrite, IsAdmin, TokenPrincipal, actor_of
+from reasoning.models import ApiToken, ReasoningFlow
+from reasoning.narrative import read_narrative
 from reasoning.serializers import (
     MAX_BATCH_STEPS,
     AdminFlowSerializer,
@@ -30,6 +36,7 @@ from reasoning.serializers import (
     flow_representation,
     step_representation,
 )
+from reasoning.stats import reasoning_stats
 
 ERROR = OpenApiResponse(OpenApiTypes.OBJECT, description='`{"detail": "..."}` or `{"field": ["message"]}`')
 ERRORS = {
@@ -79,7 +86,45 @@ class FlowCollectionView(APIView):
 
 
 class FlowDetailView(APIView):
+    """GET: the patient narrative. PATCH: close the flow (agents)."""
+
+    authentication_classes = [BearerTokenAuthentication, SessionAuthentication]
     permission_classes = [CanWrite]
+
+    def get_permissions(self) -> Sequence[Any]:
+        if self.request.method == "GET":
+            return [CanReadNarrative()]
+        return super().get_permissions()
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        if self.request.method == "GET":
+            return [NarrativeReadThrottle()]
+        return []
+
+    @extend_schema(
+        operation_id="flows_narrative",
+        summary="Read the patient narrative of a decision",
+        description="For the patient the decision is about: a `reasoning.read` token bound to that patient, or "
+        "the patient's logged-in session. 200: trigger summary, step cards (agent label, summary, time), outcome "
+        "summary, disclaimer. 202 while the flow is still running (with the step count so far). 403 (with a "
+        "`reason`: `not_patient`, `no_consent`, `unsafe_summary`) when the caller is not a patient, has not "
+        "opted in, or a summary failed the guard. 404 when the decision is unknown *or about someone else* "
+        "(existence is not revealed). 429 past 30 reads per 5 minutes per caller. "
+        "Audits `patient.reasoning.flow.read`.",
+        parameters=[FLOW_ID],
+        responses={
+            200: OpenApiResponse(OpenApiTypes.OBJECT, description="The narrative."),
+            202: OpenApiResponse(OpenApiTypes.OBJECT, description="Still working on this."),
+            403: ERROR,
+            404: ERROR,
+            429: ERROR,
+            401: ERRORS[401],
+        },
+    )
+    def get(self, request: Request, flow_id: str) -> Response:
+        pk = parse_uuid(flow_id, "flow_id")
+        narrative = read_narrative(pk, patient=patient_of(request), actor=actor_for(request))
+        return Response(narrative.body, status=narrative.status)
 
     @extend_schema(
         operation_id="flows_close",
@@ -235,11 +280,44 @@ class AdminFlowDetailView(APIView):
         operation_id="admin_flows_read",
         summary="Read a flow with its whole step DAG",
         description="Needs `reasoning.admin`. Audits `admin.reasoning.flow.read`. Steps come in write order with "
-        "their parents and back-refs; PII values stay encrypted (only the `pii_fields` names are shown).",
-        parameters=[FLOW_ID],
+        "their parents and back-refs; PII values stay encrypted (only the `pii_fields` names are shown). Raw "
+        "chain-of-thought (`reasoning_content`) is included only with `include_reasoning=true` and the "
+        "`reasoning.cot.read` scope (403 otherwise); that read also audits "
+        "`admin.reasoning.flow.reasoning_content_read`.",
+        parameters=[
+            FLOW_ID,
+            OpenApiParameter("include_reasoning", bool, description="Include raw chain-of-thought."),
+        ],
         responses={200: AdminFlowSerializer, 404: ERROR, **ERRORS},
     )
     def get(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
-        flow, steps = services.read_flow_for_admin(pk, actor=actor_of(request))
-        return Response(admin_flow_representation(flow, steps))
+        include_reasoning = _flag(request.query_params.get("include_reasoning"), "include_reasoning")
+        if include_reasoning:
+            user = request.user
+            if not (isinstance(user, TokenPrincipal) and user.has_scope(ApiToken.Scope.COT_READ)):
+                raise PermissionDenied("include_reasoning=true needs the 'reasoning.cot.read' scope.")
+        flow, steps = services.read_flow_for_admin(pk, actor=actor_of(request), include_reasoning=include_reasoning)
+        return Response(admin_flow_representation(flow, steps, include_reasoning=include_reasoning))
+
+
+def _flag(raw: str | None, field: str) -> bool:
+    if raw in (None, "", "false", "0"):
+        return False
+    if raw in ("true", "1"):
+        return True
+    raise InvalidInput("must be true or false", field=field)
+
+
+class AdminStatsView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="admin_reasoning_stats",
+        summary="Flow, step and raw-reasoning counts",
+        description="Needs `reasoning.admin`. Raw chain-of-thought appears only as character counts "
+        "(sum, p50, p95) and how many steps hold or held it. Not audited (counts only).",
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(reasoning_stats())

@@ -15,15 +15,22 @@ from django.utils import timezone
 from audit.actions import Action
 from audit.services import record
 from config.errors import Conflict
-from reasoning.models import ReasoningFlow
+from reasoning.models import ReasoningFlow, ReasoningStep
 from reasoning.services import close_flow
 
 logger = logging.getLogger(__name__)
 
 FLOW_DECAY_ACTOR = "system:reasoning_flow_decay"
 
+RETENTION_ACTOR = "system:reasoning_content_retention"
+
 SCHEDULES = [
     {"name": "reasoning.flow_decay", "func": "reasoning.jobs.decay_stale_flows", "schedule_type": "H"},
+    {
+        "name": "reasoning.content_retention",
+        "func": "reasoning.jobs.purge_reasoning_content",
+        "schedule_type": "D",
+    },
 ]
 
 
@@ -75,3 +82,47 @@ def decay_stale_flows(now: datetime | None = None, *, batch_size: int = 500) -> 
         )
     logger.info("flow decay: aborted %d stale flows (%d closed concurrently)", aborted, skipped)
     return aborted
+
+
+def purge_reasoning_content(now: datetime | None = None, *, batch_size: int = 1000) -> int:
+    """Delete raw chain-of-thought older than REASONING_CONTENT_RETENTION_DAYS.
+
+    The character count stays (stats keep working) and ``reasoning_content_purged_at``
+    records when the text went. Batches of ``batch_size`` rows, each its own transaction
+    with its own audit count, so a large backlog never holds locks for long.
+    Returns the number of steps purged.
+    """
+    now = now or timezone.now()
+    days = settings.REASONING_CONTENT_RETENTION_DAYS
+    cutoff = now - timedelta(days=days)
+    with transaction.atomic():
+        record(Action.JOB_REASONING_CONTENT_RETENTION_STARTED, actor=RETENTION_ACTOR, payload={"retention_days": days})
+    purged = 0
+    try:
+        while True:
+            with transaction.atomic():
+                ids = list(
+                    ReasoningStep.objects.filter(reasoning_content__isnull=False, created_at__lt=cutoff)
+                    .order_by("created_at")
+                    .values_list("pk", flat=True)[:batch_size]
+                )
+                if not ids:
+                    break
+                count = ReasoningStep.objects.filter(pk__in=ids).update(
+                    reasoning_content=None, reasoning_content_purged_at=now
+                )
+                purged += count
+            if len(ids) < batch_size:
+                break
+    except Exception as exc:
+        with transaction.atomic():
+            record(
+                Action.JOB_REASONING_CONTENT_RETENTION_ERROR,
+                actor=RETENTION_ACTOR,
+                payload={"purged": purged, "error_type": type(exc).__name__},
+            )
+        raise
+    with transaction.atomic():
+        record(Action.JOB_REASONING_CONTENT_RETENTION_COMPLETED, actor=RETENTION_ACTOR, payload={"purged": purged})
+    logger.info("reasoning content retention: purged %d step(s) older than %d days", purged, days)
+    return purged

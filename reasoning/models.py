@@ -48,7 +48,10 @@ class ReasoningFlow(models.Model):
     outcome_summary = models.CharField(max_length=280, blank=True, default="")
     outcome_confidence = models.FloatField(null=True, blank=True)
     abort_reason = models.CharField(max_length=200, blank=True, default="")
+    # Set at close by the summary guard: True only when the trigger, outcome and every
+    # step summary passed. summary_guard_rule names the first rule that fired (never text).
     patient_safe_summary = models.BooleanField(null=True, blank=True)
+    summary_guard_rule = models.CharField(max_length=64, blank=True, default="")
     # sha256 of the create request, for idempotent retries with a client-chosen id.
     request_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
@@ -120,6 +123,12 @@ class ReasoningStep(models.Model):
     decision_graph_node_ref = models.CharField(max_length=200, blank=True, default="")
     memory_claim_ref = models.CharField(max_length=200, blank=True, default="")
     span_id = models.CharField(max_length=64, blank=True, default="")
+    # Raw model chain-of-thought: encrypted, read only with the reasoning.cot.read scope
+    # and include_reasoning=true (audited), purged after REASONING_CONTENT_RETENTION_DAYS.
+    # The character count outlives the content.
+    reasoning_content = EncryptedTextField(null=True, blank=True)
+    reasoning_content_chars = models.PositiveIntegerField(null=True, blank=True)
+    reasoning_content_purged_at = models.DateTimeField(null=True, blank=True)
     request_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -134,6 +143,12 @@ class ReasoningStep(models.Model):
             ),
         ]
         indexes = [
+            # The retention job: steps still holding raw reasoning, oldest first.
+            models.Index(
+                fields=["created_at"],
+                name="reasoning_step_cot_created",
+                condition=Q(reasoning_content__isnull=False),
+            ),
             # Children of a step (DAG walks from a parent).
             models.Index(
                 fields=["parent_step", "created_at"],
@@ -161,6 +176,10 @@ class ApiToken(models.Model):
     # The first characters of the raw token, so a person can tell tokens apart.
     prefix = models.CharField(max_length=16, editable=False)
     scopes = ArrayField(models.CharField(max_length=32, choices=Scope.choices))
+    # A token bound to a patient reads that patient's narratives and nothing else.
+    patient = models.ForeignKey(
+        "patients.Patient", null=True, blank=True, on_delete=models.PROTECT, related_name="api_tokens"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

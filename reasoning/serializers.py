@@ -18,6 +18,11 @@ label_validator = RegexValidator(
     "Use letters, digits and _ . : / - only (a label, not a sentence).",
 )
 
+# Summaries are shown to patients as single lines of plain text: no control characters.
+plain_text_validator = RegexValidator(
+    r"[\x00-\x1f\x7f-\x9f]", "Must be plain text on one line (no control characters).", inverse_match=True
+)
+
 MAX_JSON_DEPTH = 20
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -97,7 +102,11 @@ class FlowCreateSerializer(StrictSerializer):
     trigger_type = label_field(help_text="What opened the flow, e.g. `user_question`.")
     trigger_ref = StrictCharField(max_length=500, required=False, allow_blank=True)
     trigger_summary = StrictCharField(
-        max_length=280, required=False, allow_blank=True, help_text="Plain-English, PHI-free description."
+        max_length=280,
+        required=False,
+        allow_blank=True,
+        validators=[plain_text_validator],
+        help_text="Plain-English, PHI-free description.",
     )
     trace_id = StrictCharField(
         max_length=100, required=False, help_text="Correlation id of the agent turn; generated when omitted."
@@ -113,7 +122,11 @@ class StepCreateSerializer(StrictSerializer):
         max_length=64, help_text="retrieval, llm_prompt, verdict, graph_walk, aggregation, … (any label)."
     )
     agent = label_field()
-    summary_text = StrictCharField(max_length=280, help_text="≤ 280 chars: describes the step, not the patient's data.")
+    summary_text = StrictCharField(
+        max_length=280,
+        validators=[plain_text_validator],
+        help_text="≤ 280 chars: describes the step, not the patient's data.",
+    )
     rationale = StrictCharField(max_length=20_000, required=False, allow_blank=True)
     inputs = JSONObjectField(required=False)
     outputs = JSONObjectField(required=False)
@@ -134,6 +147,14 @@ class StepCreateSerializer(StrictSerializer):
     decision_graph_node_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
     memory_claim_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
     span_id = StrictCharField(max_length=64, required=False, allow_blank=True)
+    reasoning_content = StrictCharField(
+        max_length=200_000,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="Raw model chain-of-thought: stored encrypted, never shown to patients, read only with "
+        "reasoning.cot.read.",
+    )
 
 
 MAX_BATCH_STEPS = 100
@@ -150,7 +171,9 @@ class FlowCloseSerializer(StrictSerializer):
         choices=[ReasoningFlow.State.COMPLETED.value, ReasoningFlow.State.ABORTED.value]
     )
     outcome_type = label_field(required=False, allow_blank=True)
-    outcome_summary = StrictCharField(max_length=280, required=False, allow_blank=True)
+    outcome_summary = StrictCharField(
+        max_length=280, required=False, allow_blank=True, validators=[plain_text_validator]
+    )
     abort_reason = StrictCharField(max_length=200, required=False, allow_blank=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -177,9 +200,13 @@ def step_representation(step: ReasoningStep) -> dict[str, Any]:
     return {name: getattr(step, name) for name in STEP_FIELDS}
 
 
-def admin_flow_representation(flow: ReasoningFlow, steps: list[ReasoningStep]) -> dict[str, Any]:
+def admin_flow_representation(
+    flow: ReasoningFlow, steps: list[ReasoningStep], *, include_reasoning: bool = False
+) -> dict[str, Any]:
+    """The operator's view. ``reasoning_content`` appears only when asked for and allowed."""
+    fields = [*ADMIN_STEP_FIELDS, "reasoning_content"] if include_reasoning else ADMIN_STEP_FIELDS
     data = flow_representation(flow)
-    data["steps"] = [{name: getattr(step, name) for name in ADMIN_STEP_FIELDS} for step in steps]
+    data["steps"] = [{name: getattr(step, name) for name in fields} for step in steps]
     return data
 
 
@@ -199,6 +226,7 @@ FLOW_FIELDS = [
     "outcome_confidence",
     "abort_reason",
     "patient_safe_summary",
+    "summary_guard_rule",
     "created_at",
     "closed_at",
 ]
@@ -234,7 +262,7 @@ STEP_FIELDS = [
 ]
 
 
-ADMIN_STEP_FIELDS = [*STEP_FIELDS, "rationale", "inputs", "outputs"]
+ADMIN_STEP_FIELDS = [*STEP_FIELDS, "rationale", "inputs", "outputs", "reasoning_content_chars"]
 
 
 class StepSerializer(serializers.ModelSerializer[ReasoningStep]):

@@ -22,6 +22,7 @@ from reasoning import metrics
 from reasoning.auth import TOKEN_PREFIX, hash_token
 from reasoning.models import ApiToken, ReasoningFlow, ReasoningStep
 from reasoning.signals import flow_closed
+from reasoning.summary_guard import check_all
 
 logger = logging.getLogger(__name__)
 
@@ -44,20 +45,39 @@ def request_fingerprint(data: Mapping[str, Any]) -> str:
 
 @transaction.atomic(durable=True)
 def create_api_token(
-    *, name: str, scopes: Iterable[str], actor: str, expires_at: datetime | None = None
+    *,
+    name: str,
+    scopes: Iterable[str],
+    actor: str,
+    expires_at: datetime | None = None,
+    patient_id: uuid.UUID | None = None,
 ) -> tuple[ApiToken, str]:
-    """Create a token; return it with the raw secret, which is never stored or shown again."""
+    """Create a token; return it with the raw secret, which is never stored or shown again.
+
+    A token bound to a patient may carry only ``reasoning.read``: it is the patient's
+    app reading that patient's narratives.
+    """
     scopes = sorted(set(scopes))
     unknown = [scope for scope in scopes if scope not in ApiToken.Scope.values]
     if unknown:
         raise InvalidInput(f"unknown scope(s): {', '.join(unknown)}", field="scopes")
     if not scopes:
         raise InvalidInput("at least one scope is required", field="scopes")
+    if patient_id is not None:
+        if scopes != [ApiToken.Scope.READ]:
+            raise InvalidInput("a patient-bound token may carry only the reasoning.read scope", field="scopes")
+        if not Patient.objects.filter(pk=patient_id).exists():
+            raise InvalidInput("unknown patient", field="patient_id")
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
     try:
         with transaction.atomic():  # a savepoint: the unique name decides concurrent creations
             token = ApiToken.objects.create(
-                name=name, token_hash=hash_token(raw), prefix=raw[:12], scopes=scopes, expires_at=expires_at
+                name=name,
+                token_hash=hash_token(raw),
+                prefix=raw[:12],
+                scopes=scopes,
+                expires_at=expires_at,
+                patient_id=patient_id,
             )
     except IntegrityError:
         raise Conflict(f"a token named {name!r} already exists", field="name") from None
@@ -65,7 +85,7 @@ def create_api_token(
         Action.API_TOKEN_CREATED,
         actor=actor,
         target=token,
-        payload={"scopes": scopes, "expires": expires_at is not None},
+        payload={"scopes": scopes, "expires": expires_at is not None, "patient_bound": patient_id is not None},
     )
     return token, raw
 
@@ -184,7 +204,10 @@ def _prepare_step(fields: dict[str, Any]) -> tuple[ReasoningStep, bool]:
     pii_fields = list(dict.fromkeys(fields.pop("pii_fields", None) or []))
     inputs, inputs_pii = _split_pii(fields.pop("inputs", None) or {}, pii_fields)
     outputs, outputs_pii = _split_pii(fields.pop("outputs", None) or {}, pii_fields)
+    reasoning_content = fields.pop("reasoning_content", None) or None
     step = ReasoningStep(
+        reasoning_content=reasoning_content,
+        reasoning_content_chars=len(reasoning_content) if reasoning_content else None,
         id=client_id or uuid.uuid4(),
         extra_parent_ids=list(dict.fromkeys(fields.pop("extra_parent_ids", None) or [])),
         inputs=inputs,
@@ -246,6 +269,7 @@ def _insert_steps(flow_id: uuid.UUID, steps: list[ReasoningStep], *, actor: str)
                 "agent": step.agent,
                 "parent_count": (step.parent_step_id is not None) + len(step.extra_parent_ids),
                 "pii_field_count": len(step.pii_fields),
+                "reasoning_content_chars": step.reasoning_content_chars,
             },
         )
 
@@ -346,6 +370,13 @@ def _close(
         "WHERE id = %s RETURNING *",
         [flow_id, flow_id],
     )
+    summaries = ReasoningStep.objects.filter(flow_id=flow_id).values_list("summary_text", flat=True)
+    verdict = check_all([flow.trigger_summary, *summaries, flow.outcome_summary])
+    flow.patient_safe_summary = verdict.ok
+    flow.summary_guard_rule = verdict.rule or ""
+    ReasoningFlow.objects.filter(pk=flow_id).update(
+        patient_safe_summary=flow.patient_safe_summary, summary_guard_rule=flow.summary_guard_rule
+    )
     action = Action.FLOW_COMPLETED if state == State.COMPLETED else Action.FLOW_ABORTED
     record(
         action,
@@ -356,6 +387,8 @@ def _close(
             "step_count": flow.step_count,
             "outcome_confidence": flow.outcome_confidence,
             "timeout": abort_reason == "timeout",
+            "patient_safe_summary": flow.patient_safe_summary,
+            "summary_guard_rule": flow.summary_guard_rule or None,
         },
     )
     transaction.on_commit(lambda: _announce_close(flow))
@@ -377,10 +410,25 @@ def _latency_ms(flow: ReasoningFlow) -> float:
 
 
 @transaction.atomic
-def read_flow_for_admin(flow_id: uuid.UUID, *, actor: str) -> tuple[ReasoningFlow, list[ReasoningStep]]:
+def read_flow_for_admin(
+    flow_id: uuid.UUID, *, actor: str, include_reasoning: bool = False
+) -> tuple[ReasoningFlow, list[ReasoningStep]]:
+    """The flow and its steps for an operator (audited).
+
+    Raw chain-of-thought is loaded only with ``include_reasoning`` (the caller checked
+    the ``reasoning.cot.read`` scope); that read gets an audit event of its own.
+    """
     flow = ReasoningFlow.objects.filter(pk=flow_id).first()
     if flow is None:
         raise NotFound(f"flow {flow_id} does not exist")
-    steps = list(ReasoningStep.objects.filter(flow_id=flow_id).defer("inputs_pii", "outputs_pii").order_by("position"))
+    hidden = ["inputs_pii", "outputs_pii"] + ([] if include_reasoning else ["reasoning_content"])
+    steps = list(ReasoningStep.objects.filter(flow_id=flow_id).defer(*hidden).order_by("position"))
     record(Action.ADMIN_FLOW_READ, actor=actor, target=flow, payload={"step_count": len(steps)})
+    if include_reasoning:
+        record(
+            Action.ADMIN_FLOW_REASONING_READ,
+            actor=actor,
+            target=flow,
+            payload={"steps_with_reasoning": sum(1 for step in steps if step.reasoning_content)},
+        )
     return flow, steps

@@ -9,6 +9,7 @@ urlpatterns = [
     path("api/reasoning/flows/<str:flow_id>", api.FlowDetailView.as_view(), name="flow-detail"),
     path("api/reasoning/flows/<str:flow_id>/steps", api.StepCollectionView.as_view(), name="step-collection"),
     path("api/reasoning/flows/<str:flow_id>/steps/batch", api.StepBatchView.as_view(), name="step-batch"),
+    path("admin/v1/reasoning/stats", api.AdminStatsView.as_view(), name="admin-reasoning-stats"),
     path("admin/v1/reasoning/flows", api.AdminFlowListView.as_view(), name="admin-flow-list"),
     path("admin/v1/reasoning/flows/<str:flow_id>", api.AdminFlowDetailView.as_view(), name="admin-flow-detail"),
 ]

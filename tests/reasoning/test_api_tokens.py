@@ -261,7 +261,7 @@ def test_token_creation_is_audited_without_the_raw_token(db: None) -> None:
     event = AuditEvent.objects.get(action="auth.api_token.created")
     assert event.actor == "system:cli"
     assert (event.target_type, event.target_id) == ("reasoning.apitoken", str(token.pk))
-    assert event.payload == {"scopes": ["reasoning.admin", "reasoning.write"], "expires": False}
+    assert event.payload == {"scopes": ["reasoning.admin", "reasoning.write"], "expires": False, "patient_bound": False}
     assert raw not in json.dumps(event.payload)
     assert raw.encode() not in bytes(event.canonical)
     assert token.token_hash.encode() not in bytes(event.canonical)

@@ -572,7 +572,6 @@ def test_unknown_api_path_is_json_404(method: str, path: str, send: Send, stored
         ("GET", "/api/reasoning/flows", "POST"),
         ("DELETE", "/api/reasoning/flows/{flow_id}", "PATCH"),
         ("PUT", "/api/reasoning/flows/{flow_id}", "PATCH"),
-        ("GET", "/api/reasoning/flows/{flow_id}", "PATCH"),
         ("GET", "/api/reasoning/flows/{flow_id}/steps", "POST"),
         ("POST", "/admin/v1/reasoning/flows", "GET"),
         ("DELETE", "/admin/v1/reasoning/flows/{flow_id}", "GET"),

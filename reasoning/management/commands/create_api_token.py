@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +25,11 @@ class Command(BaseCommand):
             help=f"Comma-separated, from: {', '.join(ApiToken.Scope.values)}",
         )
         parser.add_argument("--expires-in-days", type=int, default=None, help="Expire after N days (default: never).")
+        parser.add_argument(
+            "--patient",
+            default=None,
+            help="Bind the token to this patient id (reasoning.read only): it reads that patient's narratives.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         scopes = [scope.strip() for scope in options["scopes"].split(",") if scope.strip()]
@@ -32,9 +38,15 @@ class Command(BaseCommand):
             if options["expires_in_days"] < 1:
                 raise CommandError("--expires-in-days must be at least 1")
             expires_at = timezone.now() + timedelta(days=options["expires_in_days"])
+        patient_id = None
+        if options["patient"]:
+            try:
+                patient_id = uuid.UUID(options["patient"])
+            except ValueError as exc:
+                raise CommandError("--patient must be a patient id (UUID)") from exc
         try:
             token, raw = create_api_token(
-                name=options["name"], scopes=scopes, expires_at=expires_at, actor="system:cli"
+                name=options["name"], scopes=scopes, expires_at=expires_at, actor="system:cli", patient_id=patient_id
             )
         except ServiceError as exc:
             raise CommandError(f"{exc.field or 'error'}: {exc.detail}") from exc

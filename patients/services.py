@@ -1,0 +1,67 @@
+"""State changes for patients, each with its audit event in the same transaction."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import date
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from audit.actions import Action
+from audit.services import record
+from config.errors import Conflict, InvalidInput
+from patients.models import Patient
+
+
+@transaction.atomic(durable=True)
+def create_patient(
+    *,
+    username: str,
+    password: str,
+    actor: str,
+    name: str = "",
+    date_of_birth: date | None = None,
+    mrn: str = "",
+    phone: str = "",
+    email: str = "",
+    consent: bool = False,
+) -> Patient:
+    """Create a login and the patient it belongs to."""
+    user_model = get_user_model()
+    if not username or not password:
+        raise InvalidInput("username and password are required", field="username")
+    if user_model.objects.filter(username=username).exists():
+        raise Conflict(f"user {username!r} already exists", field="username")
+    user = user_model.objects.create_user(username=username, password=password)
+    patient = Patient.objects.create(
+        user=user,
+        name=name,
+        date_of_birth=date_of_birth,
+        mrn=mrn,
+        phone=phone,
+        email=email,
+        reasoning_read_consent=consent,
+        consent_changed_at=timezone.now() if consent else None,
+    )
+    record(Action.PATIENT_CREATED, actor=actor, target=patient, payload={"reasoning_read_consent": consent})
+    return patient
+
+
+@transaction.atomic(durable=True)
+def set_reasoning_read_consent(patient_id: uuid.UUID, *, granted: bool, actor: str) -> bool:
+    """Set the patient's consent; return whether it changed. Each change is audited."""
+    changed = (
+        Patient.objects.filter(pk=patient_id)
+        .exclude(reasoning_read_consent=granted)
+        .update(reasoning_read_consent=granted, consent_changed_at=timezone.now())
+    )
+    if changed:
+        record(
+            Action.PATIENT_CONSENT_CHANGED,
+            actor=actor,
+            target=("patients.patient", patient_id),
+            payload={"reasoning_read_consent": granted},
+        )
+    return bool(changed)

@@ -1,0 +1,114 @@
+"""The patient narrative: a plain-language, PHI-free projection of one decision.
+
+Who may read it (the one access rule for this audience, used by the API and the page):
+  1. The caller is a patient: a ``reasoning.read`` token bound to a patient, or the
+     patient's own logged-in session. Anyone else gets 403.
+  2. The flow exists and is about that patient. Otherwise 404, whether the flow is
+     unknown or belongs to someone else, so a patient cannot probe for other
+     patients' decisions.
+  3. The patient has opted in (``reasoning_read_consent``). Otherwise 403.
+  4. While the flow is active: 202 with the number of steps so far.
+  5. Closed flows are shown only when every summary passed the guard at close
+     (``patient_safe_summary``); otherwise 403.
+
+The projection carries the trigger summary, one card per step (agent label, summary,
+time), the outcome summary and a disclaimer: no ids of other records, no inputs or
+outputs, no rationale, no raw reasoning. Every answer other than 404 is audited as
+``patient.reasoning.flow.read`` with its outcome.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from audit.actions import Action
+from audit.services import record
+from config.errors import NotFound
+from patients.models import Patient
+from reasoning.models import ReasoningFlow, ReasoningStep
+
+DISCLAIMER = (
+    "This is an automatically generated account of how the system reached this result. "
+    "It is not medical advice. Please talk to your care team about any decision."
+)
+
+# Plain labels for the agents patients meet most; others show their label capitalised.
+AGENT_LABELS = {
+    "researcher": "Research assistant",
+    "critic": "Fact checker",
+    "correlator": "Pattern finder",
+}
+
+
+def agent_label(agent: str) -> str:
+    return AGENT_LABELS.get(agent.lower(), agent.replace("_", " ").capitalize())
+
+
+@dataclass(frozen=True)
+class Narrative:
+    status: int  # 200 (complete), 202 (still working) or 403 (with a "reason" code)
+    body: dict[str, Any]
+
+
+def _denied(reason: str, detail: str) -> Narrative:
+    # Returned, not raised: the denial's audit event must commit.
+    return Narrative(403, {"detail": detail, "reason": reason})
+
+
+@transaction.atomic
+def read_narrative(flow_id: uuid.UUID, *, patient: Patient | None, actor: str) -> Narrative:
+    if patient is None:
+        return _denied("not_patient", "Only the patient a decision is about can read its narrative.")
+    flow = ReasoningFlow.objects.filter(pk=flow_id, patient_id=patient.pk).first()
+    if flow is None:
+        raise NotFound("No such decision.")
+
+    def audit(outcome: str, **extra: Any) -> None:
+        record(Action.PATIENT_FLOW_READ, actor=actor, target=flow, payload={"outcome": outcome, **extra})
+
+    if not patient.reasoning_read_consent:
+        audit("denied_no_consent")
+        return _denied(
+            "no_consent", "You have not turned on reading the reasoning behind decisions (see your profile)."
+        )
+    if flow.is_active:
+        audit("in_progress", step_count=flow.step_count)
+        return Narrative(
+            202,
+            {
+                "decision_id": flow.pk,
+                "flow_state": flow.flow_state,
+                "step_count": flow.step_count,
+                "detail": "Still working on this.",
+            },
+        )
+    if not flow.patient_safe_summary:
+        audit("denied_unsafe_summary")
+        return _denied(
+            "unsafe_summary", "This explanation needs review before it can be shown. Please ask your care team."
+        )
+    steps = (
+        ReasoningStep.objects.filter(flow_id=flow.pk)
+        .order_by("position")
+        .values_list("agent", "summary_text", "created_at")
+    )
+    audit("served", step_count=flow.step_count)
+    return Narrative(
+        200,
+        {
+            "decision_id": flow.pk,
+            "flow_state": flow.flow_state,
+            "trigger_summary": flow.trigger_summary,
+            "steps": [
+                {"agent": agent_label(agent), "summary": summary, "created_at": created_at}
+                for agent, summary, created_at in steps
+            ],
+            "outcome_summary": flow.outcome_summary,
+            "closed_at": flow.closed_at,
+            "disclaimer": DISCLAIMER,
+        },
+    )

@@ -1,0 +1,368 @@
+"""reasoning_summary_guard: is a step summary safe to show a patient?
+
+Agents write a short (≤ 280 chars) plain-English ``summary_text`` on every step. At flow
+close every summary goes through :func:`check_all`; a flow is ``patient_safe_summary``
+only when all of them pass. A summary should describe the step, not the content:
+"Reviewed recent medications" passes, "Reviewed metformin 500mg" does not.
+
+Contract:
+  * :func:`check_summary` returns ``GuardResult(ok=True, rule=None)`` or the name of the
+    first rule (in ``RULES`` order) that fired. It never returns, logs or raises with the
+    text or the matched part of it: a rule name is all a caller (and its audit row) gets.
+  * The empty string passes; :func:`check_all` returns the first failure in text order.
+  * Pure Python, no I/O. Pattern rules run on an NFKC-folded copy of the text with every
+    dash-like character turned into "-" and fraction/division slashes into "/", so
+    full-width digits, "＠" or en-dash phone numbers cannot slip past.
+
+Bias: conservative. A false positive only keeps one explanation admin-only (the patient
+sees "ask your care team"); a false negative shows PHI. So every rule errs towards firing,
+and the known false positives below are accepted, not bugs. Agents avoid them by writing
+about the step rather than quoting what they read.
+
+Rules, in evaluation order (``RULES``):
+  too_long          more than 280 characters: the rules are calibrated for short single-line
+                    summaries (and their cost stays bounded); the API already rejects longer.
+  control_chars     any C0/C1 control (newline and tab included: summaries are one line),
+                    format character (zero-width, bidi override, soft hyphen), surrogate,
+                    private-use or line/paragraph separator; they can hide or split PHI.
+  email             e-mail addresses, including "name (at) host" spellings.
+  url_with_id       URLs with a query string, or with a run of 5+ digits in them: both
+                    usually carry a record id.
+  ssn               123-45-6789 with "-", " " or "." separators; masked ***-**-6789; an
+                    "SSN" / "social security" label followed by four digits.
+  mrn_labeled       MRN / medical record / med rec / chart / patient / encounter labels
+                    followed by an id that holds a digit ("MRN: A-99887", "patient id 4455",
+                    "pt 88123"); a label with no id ("checked the MRN") passes.
+  labeled_id        other labelled identifiers: account, member, policy, insurance,
+                    Medicare/Medicaid, licence, passport, NPI, DEA, serial numbers.
+  date_of_birth     any full date: ISO YYYY-MM-DD (also "/" or "."), compact YYYYMMDD,
+                    US/EU numeric 03/14/1962, 14.03.2024, and DOB / D.O.B. / date of birth /
+                    born labels followed by something date-like. Every full date is treated
+                    as DOB-shaped: visit and admission dates are identifiers too.
+  written_date      dates with a month name and a day or a year ("March 14", "3rd of May",
+                    "September 2023"). A bare year ("the 2024 guideline") passes: HIPAA Safe
+                    Harbor allows years.
+  zip_code          ZIP+4 (02139-4307), "ZIP 02139", and a state code with five digits.
+  us_phone          (555) 123-4567, 555-123-4567, 555.123.4567, +1 555 123 4567, bare
+                    10 digits, 1-800 numbers, 7-digit local numbers (555-0142, 555 0142)
+                    and any "+"-prefixed international number. Known false positive: a
+                    numeric range such as "200-1000".
+  bare_long_id      a run of 9+ digits (9-10 covers SSNs, MRNs, NPIs and phones; 11+ is an
+                    account, card or long record number, so it fires too), and digit groups
+                    joined by "-" or " " that total 9+ digits (123-456-789, card numbers).
+  opaque_id         UUIDs, hex strings of 16+ characters, and tokens that mix letters with
+                    5+ digits (AB1234567, NCT04368728): the patient's own UUID is an
+                    identifier, and the guard cannot tell a trial id from a record id.
+  ip_address        IPv4 dotted quads and full IPv6 addresses.
+  street_address    a house number with capitalised street words and a suffix
+                    ("42 Oak Street", "1600 Pennsylvania Ave", "77 elm street"), PO boxes,
+                    and apartment / suite / unit / room / bed numbers.
+  age               explicit ages: "67-year-old", "45 yo", "aged 92", "age: 54", "in her
+                    80s". Ages over 89 are Safe Harbor identifiers, and any age narrows who
+                    the patient is; guideline text such as "adults aged 65" fires too.
+  clinical_value    a measured value: blood pressure (150/95, with a BP label or mmHg),
+                    numbers with vital/lab units (kg, lbs, bpm, mg/dL, mmol/L, °F, cm, ...),
+                    or a lab/vital name followed by a number ("A1c 7.2%", "LDL was 160").
+                    Runs before medication_dose so "180 mg/dL" is named as a lab value.
+  medication_dose   a dose: a number or number word with a dose unit (mg, mcg, µg, ug, ng, g,
+                    mL, cc, L, units, IU, mEq, mmol, tablets/tabs, capsules/caps, pills,
+                    puffs, drops, sprays, teaspoons), a percentage followed by a formulation
+                    ("1% cream"), or a drug-shaped name (metformin, lisinopril, atorvastatin,
+                    insulin, ...) followed by a number. A drug name alone passes. A bare
+                    percentage ("confidence 85%", "recall up 12%") passes: agents report
+                    scores in percent, and a percentage reveals no regimen without a
+                    formulation; "kg" is a weight, so it belongs to clinical_value. Known
+                    false positive: "5G" (read as five grams).
+  icd10             ICD-10 codes: an uppercase letter, a digit, a digit or A/B, then an
+                    optional "." and 1-4 characters (E11.9, I10, J45.909, Z79.4, F32.A,
+                    dotless E119); lowercase codes only with a dot (e11.65); codes after an
+                    ICD-9/10, CPT, HCPCS, dx or diagnosis-code label. "Step 1", "phase 2",
+                    "COVID-19", "Q3", "F1" and "A1c" pass (no letter directly followed by two
+                    code characters). Known false positives: B12, N95, H100, P95, V10.
+  titled_name       a title followed by a capitalised word: Dr/Dr./Doctor, Mr/Mrs/Ms/Miss/Mx,
+                    Mister, Prof/Professor, Nurse, Rev/Reverend ("Dr. Jane Smith", "Mrs. Lee",
+                    "Dr Patel"), and lowercase "dr. smith". Titles are matched in title
+                    case, so "MS guidelines" (multiple sclerosis) and "200 ms." pass. Known
+                    false positive: "Nurse Line". Untitled names cannot be told from other
+                    proper nouns ("Cochrane Review") and are not caught.
+  labeled_name      a name given by label or relation: "patient name: Jordan", "the
+                    patient's name is Alex", "mother's name is Maria", "name: Jordan", "named
+                    Sam", "the patient Jordan", "Patient John Smith". Known false positive:
+                    "Patient Portal Messages" (two capitalised words after the relation).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+MAX_SUMMARY_CHARS = 280
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    ok: bool
+    rule: str | None  # the name of the first rule that fired; None when ok
+
+
+_OK = GuardResult(ok=True, rule=None)
+
+
+def _rx(*alternatives: str) -> re.Pattern[str]:
+    """One pattern that matches when any alternative does (case-sensitive unless ``(?i:)``)."""
+    return re.compile("|".join(f"(?:{alternative})" for alternative in alternatives))
+
+
+# Shared fragments.
+_MONTH = (
+    r"(?:(?i:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|june?|july?|aug(?:ust)?"
+    r"|sep(?:t|tember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)|May|MAY)"
+)
+# An id token that holds a digit within its first few characters ("A-99887", "4455").
+_ID = r"(?=[A-Za-z-]{0,6}\d)[A-Za-z0-9][\w-]*"
+_ID_WORD = r"(?:(?:id|identifier|number|num|no|nbr)\b\.?|\#)"
+_NUMBER = r"(?<![\d.,])(?:\d+(?:[.,]\d+)*(?:\s*/\s*\d+)?|\.\d+)"
+_NUMBER_WORD = r"(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|half|a\s+half)"
+_DOSE_UNIT = (
+    r"(?:mg|mcg|µg|μg|ug|ng|g|gm|grams?|milligrams?|micrograms?|ml|mls|cc|l|liters?|litres?"
+    r"|milliliters?|millilitres?|units?|iu|meq|mmol|tablets?|tabs?|capsules?|caps?|pills?"
+    r"|puffs?|drops?|sprays?|lozenges?|suppositor(?:y|ies)|inhalations?|sachets?"
+    r"|teaspoons?|tablespoons?|tsp|tbsp)"
+)
+_FORMULATION = (
+    r"(?:cream|ointment|gel|lotion|solution|suspension|spray|drops|patch|foam|shampoo|wash"
+    r"|emulsion|topical|inhaler|mouthwash|rinse)"
+)
+# Generic-name stems that mark a word as a drug (metformin, lisinopril, losartan, ...).
+_DRUG_STEM = (
+    r"(?:formin|pril|sartan|olol|statin|azole|mab|cillin|mycin|oxacin|cycline|tidine|dronate"
+    r"|gliptin|gliflozin|glutide|parin|xaban|gatran|triptan|setron|dipine|lukast|semide"
+    r"|thiazide|azepam|oxetine|pramine|profen|coxib|codone|morphone|insulin|warfarin"
+    r"|levothyroxine|aspirin|acetaminophen|paracetamol|prednisone|prednisolone|dexamethasone"
+    r"|hydrocortisone|methotrexate|gabapentin|pregabalin|sertraline|citalopram|clopidogrel"
+    r"|digoxin|lithium|tramadol)"
+)
+_STREET_SUFFIX = (
+    r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Way|Place|Pl"
+    r"|Terrace|Ter|Parkway|Pkwy|Highway|Hwy|Circle|Cir|Square|Sq|Trail|Trl|Crescent|Close"
+    r"|Row|Alley|Plaza|Loop|Pike)"
+)
+_US_STATE = (
+    r"(?:AL|AK|AZ|AR|CA|CO|CT|DE|FL|GA|HI|ID|IL|IN|IA|KS|KY|LA|ME|MD|MA|MI|MN|MS|MO|MT|NE|NV"
+    r"|NH|NJ|NM|NY|NC|ND|OH|OK|OR|PA|RI|SC|SD|TN|TX|UT|VT|VA|WA|WV|WI|WY|DC|PR)"
+)
+_LAB_NAME = (
+    r"(?:hba1c|a1c|hemoglobin\s+a1c|glucose|blood\s+sugar|bmi|e?gfr|ldl|hdl|cholesterol"
+    r"|triglycerides|creatinine|tsh|inr|potassium|sodium|hemoglobin|hgb|hct|psa|troponin|wbc"
+    r"|platelets?|ferritin|vitamin\s+d|alt|ast|bun|sp\s*o2|o2\s+sat(?:uration)?"
+    r"|oxygen\s+saturation|heart\s+rate|pulse|respiratory\s+rate|blood\s+pressure|systolic"
+    r"|diastolic|bp)"
+)
+_LAB_CONNECTOR = r"(?:levels?|value|reading|result|of|was|is|at|around|about|above|below|over|under|now)"
+
+_EMAIL = _rx(
+    r"[\w.+-]+@[\w-]+",
+    r"(?i:[\w.+-]+\s*[\[(<{]\s*at\s*[\])>}]\s*[\w-]+)",
+)
+_URL_WITH_ID = _rx(
+    r"(?i:\b(?:[a-z][a-z0-9+.-]*://|www\.)\S*?(?:\?\S|\d{5}))",
+    r"(?i:\b[\w-]+(?:\.[\w-]+)*\.[a-z]{2,}/\S*\?\S*=)",
+)
+_SSN = _rx(
+    r"(?<!\d)\d{3}[-\s.]\d{2}[-\s.]\d{4}(?!\d)",
+    r"(?<![\w*])[Xx*#•]{3}[-\s.]?[Xx*#•]{2}[-\s.]?\d{4}(?!\d)",
+    r"(?i:\b(?:ssn|social\s+security(?:\s+(?:number|no\b\.?|num\b|\#))?)[\s:#.=-]*(?:[a-z]+[\s:#.=-]+){0,3}[\dx*]{4})",
+)
+_MRN = _rx(
+    r"(?i:\b(?:m\.?r\.?n(?![a-z])\.?|medical\s+records?\b|med\.?\s*recs?\b\.?"
+    rf"|(?:patient|pt|chart|record|encounter|visit|admission)\.?\s*{_ID_WORD})"
+    rf"[\s:#=.-]*(?:(?:is|was|number|num|no|id)\b\.?[\s:#=.-]*)?{_ID})",
+    r"(?i:\b(?:patient|pt|chart)\s+\d{3,})",
+)
+_LABELED_ID = _rx(
+    r"(?i:\b(?:account|acct|member|subscriber|policy|insurance|beneficiary|medicare|medicaid"
+    r"|health\s+plan|group|licen[cs]e|driver'?s?\s+licen[cs]e|passport|certificate|serial"
+    r"|device|vehicle|plate|tax)"
+    rf"\.?\s*{_ID_WORD}[\s:#=.-]*(?:(?:is|was)\s+)?{_ID})",
+    r"(?i:\b(?:account|acct|policy|member|medicare|medicaid|npi|dea|mbi|hicn|vin|ein|tin)\b\.?"
+    r"[\s:#=.-]*[A-Za-z]{0,4}-?(?!(?:19|20)\d\d\b)\d{4,})",
+)
+_DATE_OF_BIRTH = _rx(
+    r"(?<!\d)\d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?!\d)",
+    r"(?<!\d)(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])(?!\d)",
+    r"(?<!\d)\d{1,2}[/-]\d{1,2}[/-](?:\d{4}|\d{2})(?!\d)",
+    r"(?<![\d.])\d{1,2}\.\d{1,2}\.\d{4}(?!\d)",
+    r"(?i:\b(?:d\.?o\.?b\b\.?|date\s+of\s+birth\b|birth\s*date\b|birthday\b|born(?:\s+(?:on|in))?\b))"
+    rf"[\s:#=.-]*(?:\d|\b{_MONTH}\b)",
+)
+_WRITTEN_DATE = _rx(
+    rf"\b{_MONTH}\b\.?\s*\d{{1,2}}(?:st|nd|rd|th)?(?!\d)(?!\s*%)",
+    rf"(?<!\d)\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}\b",
+    rf"\b{_MONTH}\b\.?,?\s*(?:19|20)\d{{2}}(?!\d)",
+)
+_ZIP_CODE = _rx(
+    r"(?<!\d)\d{5}-\d{4}(?!\d)",
+    r"(?i:\bzip(?:\s*code)?\b[\s:#=.-]*\d{5})",
+    rf"\b{_US_STATE}\s+\d{{5}}(?!\d)",
+)
+_US_PHONE = _rx(
+    r"(?<![\d+])(?:\+?1[\s.-]?)?(?:\(\d{3}\)\s?|\d{3}[\s.-]?)\d{3}[\s.-]?\d{4}(?!\d)",
+    r"(?<![\d-])[2-9]\d{2}-\d{4}(?![\d-])",
+    r"(?<![\d.-])[2-9]\d{2}[ .]\d{4}(?![\d.-])",
+    r"\+\d(?:[\s().-]?\d){6,}",
+)
+_DIGIT_RUN = re.compile(r"\d{9,}")
+_DIGIT_GROUPS = re.compile(r"(?<!\d)\d+(?:[ -]\d+)+(?!\d)")
+_OPAQUE_ID = _rx(
+    r"(?i:\b[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}\b)",
+    r"(?i:\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{16,}\b)",
+)
+_ALNUM_TOKEN = re.compile(r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*")
+_IP_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_IP_ADDRESS = _rx(
+    rf"(?<![\d.]){_IP_OCTET}(?:\.{_IP_OCTET}){{3}}(?!\.?\d)",
+    r"(?i:(?<![\w:])(?:[0-9a-f]{1,4}:){4,7}[0-9a-f]{1,4}(?![\w:]))",
+)
+_STREET_ADDRESS = _rx(
+    r"(?<![\d.])\d{1,6}[A-Za-z]?\s+(?:[NSEW]\.?\s+)?(?:(?:[A-Z][\w'.-]*|\d+(?:st|nd|rd|th))\s+){1,4}"
+    rf"{_STREET_SUFFIX}\b",
+    r"(?i:(?<![\d.])\d{1,6}\s+(?:[a-z0-9'.-]+\s+){1,3}(?:street|st\.|avenue|ave\.|road|boulevard|blvd)(?![a-z]))",
+    r"(?i:\bp\.?\s?o\.?\s*box\s*#?\s*\d+)",
+    r"(?i:\b(?:apt|apartment|suite|ste|unit|room|rm|bed)\b\.?\s*#?\s*\d+[a-z]?\b)",
+)
+_AGE = _rx(
+    r"(?i:\b\d{1,3}[\s-]*(?:years?|yrs?|y)[\s-]*old\b)",
+    r"(?i:\b\d{1,3}\s*(?:yo|y/o|y\.o\.?)(?!\w))",
+    r"(?i:\b(?:aged?|age\s*:)\s*\d{1,3}\b)",
+    r"(?i:\bin\s+(?:his|her|their)\s+(?:early\s+|mid\s+|late\s+)?\d0'?s\b)",
+)
+_CLINICAL_VALUE = _rx(
+    r"(?i:\b(?:bp|blood\s+pressure)\b[\s:=]*(?:(?:of|was|is|at|reading)\s+)*\d{2,3}\s*/\s*\d{2,3})",
+    r"(?i:(?<!\d)\d{2,3}\s*/\s*\d{2,3}\s*mm\s*hg)",
+    rf"(?i:{_NUMBER}\s*(?:mm\s*hg|bpm|beats?\s+per\s+minute|breaths?\s+per\s+minute|kgs?|kilograms?"
+    r"|lbs?|pounds?|mg/dl|mmol/l|mmol/mol|g/dl|meq/l|ng/ml|pg/ml|iu/l|u/l|[µμ]mol/l|°\s*[fc]"
+    r"|degrees?\s+(?:f|c|fahrenheit|celsius)|cm|inches|ft|feet)(?![a-z]))",
+    rf"(?i:\b{_LAB_NAME}\b[\s:=~<>≥≤]*(?:{_LAB_CONNECTOR}\b[\s:=~<>≥≤]*){{0,3}}\d)",
+)
+_MEDICATION_DOSE = _rx(
+    rf"(?i:{_NUMBER}\s*-?\s*{_DOSE_UNIT}(?![a-z]))",
+    rf"(?i:\b{_NUMBER_WORD}\s+{_DOSE_UNIT}(?![a-z]))",
+    rf"(?i:{_NUMBER}\s*%\s*(?:w/[wv]\s*)?{_FORMULATION}\b)",
+    rf"(?i:\b[a-z]*{_DRUG_STEM}\b\s*[:=]?\s*\d)",
+)
+_ICD10 = _rx(
+    r"\b[A-Z]\d[0-9AB](?:\.?[0-9A-Z]{1,4})?\b",
+    r"(?i:\b[a-z]\d[0-9ab]\.[0-9a-z]{1,4}\b)",
+    r"(?i:\bicd[\s-]*(?:9|10|11)(?:-?cm|-?pcs)?(?:\s+codes?)?[\s:#=-]+[a-z]?\d)",
+    r"(?i:\b(?:cpt|hcpcs|dx|diagnosis\s+code|billing\s+code)(?:\s+codes?)?[\s:#=-]*[a-z]?\d)",
+)
+_TITLED_NAME = _rx(
+    r"\b(?:Dr|Doctor|Mr|Mrs|Ms|Miss|Mx|Mister|Prof|Professor|Nurse|Rev|Reverend)(?:\.\s*|\s+)"
+    r"[A-ZÀ-ÖØ-Þ][\w'’-]*",
+    r"\b(?i:dr|mr|mrs|mx|prof)\.\s*[a-z][a-z'’-]+",
+)
+_LABELED_NAME = _rx(
+    r"(?i:\b(?:patient|pt|client|member|caregiver|guardian|spouse|partner|mother|father|son|daughter"
+    r"|wife|husband|parent|child|next\s+of\s+kin|emergency\s+contact)(?:'s|’s)?\s+"
+    r"(?:full\s+|first\s+|last\s+|given\s+|family\s+)?name\b\s*(?:is|was|:|=|-)\s*[a-z])",
+    r"(?i:\b(?:full\s+|first\s+|last\s+|given\s+|family\s+|sur)?name\s*[:=]\s*[a-z])",
+    r"\b(?i:named)\s+[A-Z][a-z]+",
+    # A relation word then a capitalised word: "the patient Jordan", "Patient John Smith".
+    r"\b(?:patient|pt|client|caregiver|spouse|mother|father|son|daughter|wife|husband)\s+[A-Z][a-z]+",
+    r"(?i:\b(?:patient|client|caregiver|spouse|mother|father|son|daughter|wife|husband))\s+[A-Z][a-z]+\s+[A-Z][a-z]+",
+)
+
+# Characters that make a summary more than one line of plain text (see control_chars).
+_CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+# Dash-like and slash-like characters NFKC leaves alone, folded so the patterns see "-" and "/".
+_FOLD_TABLE = str.maketrans(
+    {
+        **dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2e3a\u2e3b\ufe58\ufe63"), "-"),
+        **dict.fromkeys(map(ord, "\u2044\u2215"), "/"),
+    }
+)
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).translate(_FOLD_TABLE)
+
+
+def _too_long(raw: str, folded: str) -> bool:
+    return len(raw) > MAX_SUMMARY_CHARS
+
+
+def _has_control_char(raw: str, folded: str) -> bool:
+    return any(unicodedata.category(char) in _CONTROL_CATEGORIES for char in raw)
+
+
+def _has_long_digit_id(raw: str, folded: str) -> bool:
+    if _DIGIT_RUN.search(folded):
+        return True
+    return any(sum(char.isdigit() for char in match.group()) >= 9 for match in _DIGIT_GROUPS.finditer(folded))
+
+
+def _has_opaque_id(raw: str, folded: str) -> bool:
+    if _OPAQUE_ID.search(folded):
+        return True
+    for match in _ALNUM_TOKEN.finditer(folded):
+        token = match.group()
+        if sum(char.isdigit() for char in token) >= 5 and any(char.isalpha() for char in token):
+            return True
+    return False
+
+
+def _matches(pattern: re.Pattern[str]) -> Callable[[str, str], bool]:
+    def rule(raw: str, folded: str) -> bool:
+        return pattern.search(folded) is not None
+
+    return rule
+
+
+# (name, predicate(raw text, folded text)), in evaluation order; the first that fires names the result.
+_RULES: tuple[tuple[str, Callable[[str, str], bool]], ...] = (
+    ("too_long", _too_long),
+    ("control_chars", _has_control_char),
+    ("email", _matches(_EMAIL)),
+    ("url_with_id", _matches(_URL_WITH_ID)),
+    ("ssn", _matches(_SSN)),
+    ("mrn_labeled", _matches(_MRN)),
+    ("labeled_id", _matches(_LABELED_ID)),
+    ("date_of_birth", _matches(_DATE_OF_BIRTH)),
+    ("written_date", _matches(_WRITTEN_DATE)),
+    ("zip_code", _matches(_ZIP_CODE)),
+    ("us_phone", _matches(_US_PHONE)),
+    ("bare_long_id", _has_long_digit_id),
+    ("opaque_id", _has_opaque_id),
+    ("ip_address", _matches(_IP_ADDRESS)),
+    ("street_address", _matches(_STREET_ADDRESS)),
+    ("age", _matches(_AGE)),
+    ("clinical_value", _matches(_CLINICAL_VALUE)),
+    ("medication_dose", _matches(_MEDICATION_DOSE)),
+    ("icd10", _matches(_ICD10)),
+    ("titled_name", _matches(_TITLED_NAME)),
+    ("labeled_name", _matches(_LABELED_NAME)),
+)
+
+RULES: tuple[str, ...] = tuple(name for name, _ in _RULES)
+
+
+def check_summary(text: str) -> GuardResult:
+    """``ok`` when no rule fires, else the name of the first rule (in ``RULES`` order) that did."""
+    if not text:
+        return _OK
+    folded = _fold(text)
+    for name, fires in _RULES:
+        if fires(text, folded):
+            return GuardResult(ok=False, rule=name)
+    return _OK
+
+
+def check_all(texts: Iterable[str]) -> GuardResult:
+    """The first failing text's result (texts in the order given), else ``ok``."""
+    for text in texts:
+        result = check_summary(text)
+        if not result.ok:
+            return result
+    return _OK

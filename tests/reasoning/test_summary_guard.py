@@ -1,0 +1,349 @@
+"""The summary guard: which step summaries a patient may see, and which rule stops the rest.
+
+The corpus is synthetic: every name, number and address below is made up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+
+import pytest
+
+from reasoning.summary_guard import RULES, GuardResult, check_all, check_summary
+
+# (summary, the first rule expected to fire)
+UNSAFE: list[tuple[str, str]] = [
+    ("Compared two evidence branches. " * 9, "too_long"),
+    ("Reviewed labs\nfor the patient", "control_chars"),
+    ("Compared\tevidence branches", "control_chars"),
+    ("Checked\u200bthe claim", "control_chars"),
+    ("Retrieved guidelines\x00", "control_chars"),
+    ("Summarised notes \u202eelbat", "control_chars"),
+    ("Line one\u2028line two", "control_chars"),
+    ("Sent the summary to jane.doe@example.com", "email"),
+    ("Contact on file is j_smith+care@clinic.org", "email"),
+    ("Reply went to jane (at) example.org", "email"),
+    ("Found address JDOE@HOSPITAL.ORG in the note", "email"),
+    ("Wrote to jane\uff20example.com", "email"),  # full-width @
+    ("Fetched https://portal.example.org/chart?patient=abc", "url_with_id"),
+    ("Opened www.example-ehr.com/records/1234567", "url_with_id"),
+    ("Read portal.example.org/view?mrn=abc", "url_with_id"),
+    ("Verified SSN 123-45-6789", "ssn"),
+    ("Found 123 45 6789 in the intake form", "ssn"),
+    ("Matched identity by SSN ending in 6789", "ssn"),
+    ("Masked value ***-**-6789 was still present", "ssn"),
+    ("social security number: 123456789", "ssn"),
+    ("Looked up MRN 12345", "mrn_labeled"),
+    ("Record MRN: A-99887 matched", "mrn_labeled"),
+    ("Pulled notes for med rec #778812", "mrn_labeled"),
+    ("Matched patient id 4455 to the flow", "mrn_labeled"),
+    ("Opened chart number 99812", "mrn_labeled"),
+    ("Checked medical record number 00123", "mrn_labeled"),
+    ("Patient #5521 has new labs", "mrn_labeled"),
+    ("Reviewed pt 88123 history", "mrn_labeled"),
+    ("Found mrn12345 in the note", "mrn_labeled"),
+    ("Verified insurance member ID XK-55201", "labeled_id"),
+    ("Checked policy number 4471-2290", "labeled_id"),
+    ("Account 5528831 has a balance", "labeled_id"),
+    ("Prescriber NPI 1234567890 on the order", "labeled_id"),
+    ("Medicare number 1EG4-TE5-MK73 on file", "labeled_id"),
+    ("Confirmed DOB: 03/14/1962", "date_of_birth"),
+    ("Patient born 1962-03-14", "date_of_birth"),
+    ("Noted date of birth March 14", "date_of_birth"),
+    ("Visit on 2024-01-05 was reviewed", "date_of_birth"),
+    ("Lab drawn 03/14/2024", "date_of_birth"),
+    ("Appointment on 14.03.2024", "date_of_birth"),
+    ("D.O.B. 4/5/62 confirmed", "date_of_birth"),
+    ("Compared results from 20240314", "date_of_birth"),
+    ("Born in 1948 per intake", "date_of_birth"),
+    ("Symptoms began on March 14, 2024", "written_date"),
+    ("Follow-up booked for 3rd of May", "written_date"),
+    ("Admitted Jan 5 for observation", "written_date"),
+    ("Labs from September 2023 were reviewed", "written_date"),
+    ("Lives near ZIP 02139", "zip_code"),
+    ("Address ends with 02139-4307", "zip_code"),
+    ("Moved to Boston, MA 02118", "zip_code"),
+    ("Called (555) 123-4567 for follow-up", "us_phone"),
+    ("Left a message at 555-123-4567", "us_phone"),
+    ("Number on file is 555.123.4567", "us_phone"),
+    ("Texted +1 555 123 4567", "us_phone"),
+    ("Dialled 5551234567 twice", "us_phone"),
+    ("Reached the clinic at 1-800-555-0199", "us_phone"),
+    ("Called back on +44 20 7946 0958", "us_phone"),
+    ("Extension 555-0142 noted", "us_phone"),
+    ("Call back on 555 0142", "us_phone"),
+    ("Filtered trials enrolling 200-1000 adults", "us_phone"),  # accepted false positive: a range
+    ("Left a message at 555\u2013123\u20134567", "us_phone"),  # en dashes
+    ("Called \uff15\uff15\uff15-\uff11\uff12\uff13-\uff14\uff15\uff16\uff17", "us_phone"),  # full-width digits
+    ("Matched record 123456789", "bare_long_id"),
+    ("Linked identifier 1234567890123", "bare_long_id"),
+    ("Used reference 123-456-789", "bare_long_id"),
+    ("Card 4111 1111 1111 1111 on file", "bare_long_id"),
+    ("Linked record 3f2a9c1e-8b4d-4e2a-9f6b-1c2d3e4f5a6b", "opaque_id"),
+    ("Found identifier AB1234567 in notes", "opaque_id"),
+    ("Device serial SN8842197X recorded", "opaque_id"),
+    ("Request came from 192.168.10.24", "ip_address"),
+    ("Logged 2001:0db8:85a3:0000:0000:8a2e:0370:7334", "ip_address"),
+    ("Patient lives at 42 Oak Street", "street_address"),
+    ("Mailed to 1600 Pennsylvania Ave", "street_address"),
+    ("Address 221B Baker St on file", "street_address"),
+    ("Lives at 77 elm street", "street_address"),
+    ("Sent letter to PO Box 1234", "street_address"),
+    ("Moved to apartment 4B downtown", "street_address"),
+    ("Admitted to room 312", "street_address"),
+    ("Patient is a 67-year-old man", "age"),
+    ("Reviewed notes for a 45 yo woman", "age"),
+    ("Guidance for a patient aged 92", "age"),
+    ("Patient in her 80s asked about sleep", "age"),
+    ("Age: 54, reviewed labs", "age"),
+    ("Retrieved guidelines for adults aged 65 and older", "age"),  # guideline ages fire too
+    ("Blood pressure was 150/95", "clinical_value"),
+    ("Noted A1c 7.2%", "clinical_value"),
+    ("Weight 82 kg recorded", "clinical_value"),
+    ("Glucose of 180 mg/dL reviewed", "clinical_value"),
+    ("Temperature reached 101.3\u00b0F", "clinical_value"),
+    ("LDL was 160 last month", "clinical_value"),
+    ("Heart rate 112 bpm at rest", "clinical_value"),
+    ("Reviewed metformin 500mg dosing", "medication_dose"),
+    ("Patient takes 500 mg twice daily", "medication_dose"),
+    ("Increased to 0.5mL weekly", "medication_dose"),
+    ("Uses 10 units of insulin at night", "medication_dose"),
+    ("Takes 2 tablets each morning", "medication_dose"),
+    ("Using 2 puffs of the inhaler", "medication_dose"),
+    ("Applied hydrocortisone 1% cream", "medication_dose"),
+    ("Given 25 \u00b5g daily", "medication_dose"),  # micro sign
+    ("Takes one capsule at bedtime", "medication_dose"),
+    ("Started lisinopril 20 in the morning", "medication_dose"),
+    ("Dose of 1,000 IU vitamin D", "medication_dose"),
+    ("Used 3 drops in each eye", "medication_dose"),
+    ("Take 1/2 tablet at night", "medication_dose"),
+    ("Coded as E11.9 in the chart", "icd10"),
+    ("Diagnosis I10 noted", "icd10"),
+    ("Matched J45.909 to asthma guidance", "icd10"),
+    ("Listed Z79.4 for long-term insulin", "icd10"),
+    ("Billing code CPT 99213 attached", "icd10"),
+    ("ICD-10 code F32.A applies", "icd10"),
+    ("dx e11.65 confirmed", "icd10"),
+    ("Reviewed vitamin B12 evidence", "icd10"),  # accepted false positive: B12 is code-shaped
+    ("Consulted Dr. Jane Smith", "titled_name"),
+    ("Message from Mrs. Lee", "titled_name"),
+    ("Reviewed Dr Patel's note", "titled_name"),
+    ("Forwarded to Doctor Alvarez", "titled_name"),
+    ("Spoke with Mr. O'Brien", "titled_name"),
+    ("Note signed by Prof. Nakamura", "titled_name"),
+    ("Checked in with Ms Garcia", "titled_name"),
+    ("reviewed dr. smith notes", "titled_name"),
+    ("Patient name: Jordan", "labeled_name"),
+    ("Confirmed the patient's name is Alex", "labeled_name"),
+    ("Mother's name is Maria", "labeled_name"),
+    ("A caregiver named Sam called", "labeled_name"),
+    ("Asked whether the patient Jordan slept well", "labeled_name"),
+    ("Patient John Smith asked about sleep", "labeled_name"),
+]
+
+SAFE: list[str] = [
+    "Reviewed recent medications",
+    "Retrieved current guidelines for blood pressure",
+    "Compared two evidence branches",
+    "Checked the claim against 3 sources",
+    "Step 2 of 5 completed",
+    "Retrieved the top 5 results from the guideline index",
+    "2 of 4 checks passed",
+    "Kept claims with confidence above 0.9",
+    "Looked at lab results from the last 30 days",
+    "Used version 2 of the scoring prompt",
+    "Patient asked whether a medication change is needed",
+    "Recommended a follow-up visit with the care team",
+    "Retrieved recent lab results and current guidelines",
+    "Walked the decision graph from the trigger node",
+    "Aggregated signals from 12 related claims",
+    "Asked the model to summarise the evidence",
+    "Critic found one unsupported statement and flagged it",
+    "Verdict: the recommendation is supported",
+    "Confidence in the verdict is 85%",
+    "Matched 80% of the expected evidence",
+    "Dropped 3 low-quality sources",
+    "Searched the memory store for related notes",
+    "Reviewed the COVID-19 vaccination guidance",
+    "Phase 1 retrieval finished in 300 ms.",
+    "Ran 3 retrieval passes with different query phrasings",
+    "Ranked 20 candidate passages by relevance",
+    "Summarised findings for the care team",
+    "Compared the new claim with 2 earlier claims",
+    "Checked for drug interactions among current medications",
+    "Identified a possible side effect worth discussing with the doctor",
+    "Suggested asking the care team about dosing",
+    "Evidence from 4 randomized trials was consistent",
+    "Waited 2 minutes for the retrieval service",
+    "Retried the model call once after a timeout",
+    "Found no contradicting evidence in the last 12 months",
+    "Escalated to a human reviewer because confidence was low",
+    "Reviewed sleep and activity trends over 7 days",
+    "Grouped 15 notes into 3 themes",
+    "Checked whether the guideline applies to adults",
+    "Cross-checked the summary against the source passages",
+    "Provenance check passed for all 6 sentences",
+    "Hallucination guard removed 1 unsupported sentence",
+    "Pulled the latest diabetes management guidelines",
+    "Reviewed the patient's recent questions about sleep",
+    "Scored each branch between 0 and 1",
+    "Used the 2024 guideline edition",
+    "Retrieved 10 passages with similarity above 0.75",
+    "Merged duplicate evidence from 2 sources",
+    "Correlated symptom reports with recent activity changes",
+    "Flagged the claim for review by the care team",
+    "Completed evidence assembly with 9 supporting passages",
+    "Closed the flow after 3 steps",
+    "Top 3 passages all came from peer-reviewed sources",
+    "Re-ran the check with a stricter threshold of 0.8",
+    "Noted that the evidence comes from 2019-2023 studies",
+    "Asked the critic agent to challenge the verdict",
+    "Checked 2 guideline versions for changes",
+    "Looked up general information about vitamin D",
+    "Used a 7-day window for trend detection",
+    "The first 2 retrieval attempts returned nothing",
+    "Gave the recommendation a medium confidence of 0.6",
+    "Split the question into 3 sub-questions",
+    "Linked the verdict to the supporting claim",
+    "Summary written at a grade 6 reading level",
+    "Spent 1.5 seconds on retrieval",
+    "Confirmed the guideline is still current",
+    "Evaluated 4 alternative explanations and kept 1",
+    "Noted that the guidance changed in 2021",
+    "Retrieved 25 results; 18 were relevant",
+    "Used the Critic agent's graph walk to find 5 related nodes",
+    "Checked results against the ADA Standards of Care",
+    "Reviewed how often the medication is usually taken",
+    "Mapped the question to 2 guideline chapters under ICD-10 categories",
+    "Improved recall by 12% over the previous pass",
+    "Retrieved an overview of type 2 diabetes care",
+    "Ranked evidence on a 1 to 5 quality scale",
+    "Benchmark case finished all 5 pipeline phases",
+    "Checked that the MRN field was present without reading it",
+    "Reviewed MS guidelines from 3 professional societies",
+    "Compared statins as a drug class",
+    "Verdict reached in 4.2 seconds with 3 of 3 checks passing",
+    "Called the model at temperature 0.2",
+    "Adjusted the branch weight to 0.7",
+    "Reviewed the mRNA vaccine evidence summary",
+    "Kept the top 10% of results",
+]
+
+
+def _unsafe_params() -> list[object]:
+    seen: dict[str, int] = {}
+    params = []
+    for text, rule in UNSAFE:
+        seen[rule] = seen.get(rule, 0) + 1
+        params.append(pytest.param(text, rule, id=f"{rule}-{seen[rule]}"))
+    return params
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(UNSAFE) >= 60
+    assert len(SAFE) >= 60
+    assert len(set(SAFE)) == len(SAFE)
+    assert len({text for text, _ in UNSAFE}) == len(UNSAFE)
+
+
+@pytest.mark.parametrize(("text", "rule"), _unsafe_params())
+def test_unsafe_summary_is_stopped_by_its_rule(text: str, rule: str) -> None:
+    assert check_summary(text) == GuardResult(ok=False, rule=rule)
+
+
+@pytest.mark.parametrize("text", SAFE, ids=[text[:48] for text in SAFE])
+def test_safe_summary_passes(text: str) -> None:
+    assert check_summary(text) == GuardResult(ok=True, rule=None)
+
+
+def test_every_rule_is_exercised_by_the_unsafe_corpus() -> None:
+    assert {rule for _, rule in UNSAFE} == set(RULES)
+
+
+def test_rule_names_are_unique_and_fit_the_model_column() -> None:
+    # ReasoningFlow.summary_guard_rule is a CharField(max_length=64).
+    assert len(set(RULES)) == len(RULES)
+    assert all(re.fullmatch(r"[a-z0-9_]{1,64}", rule) for rule in RULES)
+
+
+def test_the_empty_string_passes() -> None:
+    assert check_summary("") == GuardResult(ok=True, rule=None)
+
+
+def test_a_280_char_safe_summary_passes_and_281_is_too_long() -> None:
+    text = ("Cross-checked the verdict against the retrieved guideline passages. " * 5)[:279] + "."
+    assert len(text) == 280
+    assert check_summary(text).ok
+    assert check_summary(text + "x") == GuardResult(ok=False, rule="too_long")
+
+
+def test_a_drug_name_alone_is_not_a_dose() -> None:
+    assert check_summary("Reviewed metformin").ok
+    assert check_summary("Reviewed metformin 500mg").rule == "medication_dose"
+
+
+def test_earlier_rules_win_when_several_fire() -> None:
+    # A phone number and a titled name: us_phone comes first in RULES.
+    assert RULES.index("us_phone") < RULES.index("titled_name")
+    assert check_summary("Dr. Smith called from 555-123-4567").rule == "us_phone"
+
+
+def test_check_all_returns_the_first_failure_in_text_order() -> None:
+    texts = [
+        "Reviewed recent medications",
+        "Consulted Dr. Jane Smith",  # titled_name: comes after email in RULES, but this text is first
+        "Sent the summary to jane.doe@example.com",
+    ]
+    assert check_all(texts) == GuardResult(ok=False, rule="titled_name")
+
+
+def test_check_all_passes_when_every_text_passes() -> None:
+    assert check_all(SAFE) == GuardResult(ok=True, rule=None)
+    assert check_all(["", "Reviewed recent medications", ""]) == GuardResult(ok=True, rule=None)
+    assert check_all([]) == GuardResult(ok=True, rule=None)
+
+
+def test_check_all_accepts_a_generator() -> None:
+    assert check_all(text for text in ["Compared two evidence branches", "Looked up MRN 12345"]).rule == "mrn_labeled"
+
+
+def test_result_carries_only_ok_and_rule() -> None:
+    assert [field.name for field in dataclasses.fields(GuardResult)] == ["ok", "rule"]
+
+
+@pytest.mark.parametrize(("text", "rule"), _unsafe_params())
+def test_result_never_contains_the_summary(text: str, rule: str) -> None:
+    result = check_summary(text)
+    shown = repr(result) + str(result)
+    assert text not in shown
+    # Every PHI-bearing token of the input (anything with a digit or an @) is absent too.
+    for token in re.findall(r"\S+", text):
+        token = token.strip(".,:;()'")
+        if len(token) >= 3 and re.search(r"[\d@]", token):
+            assert token not in shown
+
+
+@pytest.mark.parametrize(
+    ("text", "phi"),
+    [
+        ("Consulted Dr. Jane Smith", "Smith"),
+        ("Sent the summary to jane.doe@example.com", "jane.doe"),
+        ("Verified SSN 123-45-6789", "6789"),
+        ("Reviewed metformin 500mg dosing", "metformin"),
+        ("Patient name: Jordan", "Jordan"),
+    ],
+)
+def test_result_never_contains_the_matched_text(text: str, phi: str) -> None:
+    result = check_summary(text)
+    assert not result.ok
+    assert phi not in repr(result)
+
+
+def test_the_guard_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    check_all(text for text, _ in UNSAFE)
+    for text, _ in UNSAFE:
+        check_summary(text)
+    assert caplog.records == []
