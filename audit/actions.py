@@ -60,6 +60,7 @@ class Action(StrEnum):
     # Credentials
     API_TOKEN_CREATED = "auth.api_token.created"
     API_TOKEN_REVOKED = "auth.api_token.revoked"
+    OPERATOR_CREATED = "auth.operator.created"
 
     # Scheduled jobs: lifecycle of each run
     JOB_FLOW_DECAY_STARTED = "memory.job.reasoning_flow_decay.started"

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
@@ -100,6 +101,17 @@ def revoke_api_token(*, name: str, actor: str) -> ApiToken:
         raise Conflict(f"token {name!r} is already revoked")
     record(Action.API_TOKEN_REVOKED, actor=actor, target=token)
     return token
+
+
+@transaction.atomic(durable=True)
+def create_operator(*, username: str, password: str, actor: str) -> Any:
+    """A staff login for operators (Django admin and the operator pages)."""
+    user_model = get_user_model()
+    if user_model.objects.filter(username=username).exists():
+        raise Conflict(f"user {username!r} already exists", field="username")
+    user = user_model.objects.create_superuser(username=username, password=password)
+    record(Action.OPERATOR_CREATED, actor=actor, target=("auth.user", user.pk))
+    return user
 
 
 # --- Flows --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ Contract:
   * The empty string passes; :func:`check_all` returns the first failure in text order.
   * Pure Python, no I/O. Pattern rules run on an NFKC-folded copy of the text with every
     dash-like character turned into "-" and fraction/division slashes into "/", so
-    full-width digits, "＠" or en-dash phone numbers cannot slip past.
+    full-width digits, a full-width at sign or en-dash phone numbers cannot slip past.
 
 Bias: conservative. A false positive only keeps one explanation admin-only (the patient
 sees "ask your care team"); a false negative shows PHI. So every rule errs towards firing,
@@ -260,12 +260,12 @@ _ICD10 = _rx(
 )
 _TITLED_NAME = _rx(
     r"\b(?:Dr|Doctor|Mr|Mrs|Ms|Miss|Mx|Mister|Prof|Professor|Nurse|Rev|Reverend)(?:\.\s*|\s+)"
-    r"[A-ZÀ-ÖØ-Þ][\w'’-]*",
-    r"\b(?i:dr|mr|mrs|mx|prof)\.\s*[a-z][a-z'’-]+",
+    r"[A-ZÀ-ÖØ-Þ][\w'\u2019-]*",
+    r"\b(?i:dr|mr|mrs|mx|prof)\.\s*[a-z][a-z'\u2019-]+",
 )
 _LABELED_NAME = _rx(
     r"(?i:\b(?:patient|pt|client|member|caregiver|guardian|spouse|partner|mother|father|son|daughter"
-    r"|wife|husband|parent|child|next\s+of\s+kin|emergency\s+contact)(?:'s|’s)?\s+"
+    r"|wife|husband|parent|child|next\s+of\s+kin|emergency\s+contact)(?:'s|\u2019s)?\s+"
     r"(?:full\s+|first\s+|last\s+|given\s+|family\s+)?name\b\s*(?:is|was|:|=|-)\s*[a-z])",
     r"(?i:\b(?:full\s+|first\s+|last\s+|given\s+|family\s+|sur)?name\s*[:=]\s*[a-z])",
     r"\b(?i:named)\s+[A-Z][a-z]+",

@@ -234,7 +234,7 @@ SAFE: list[str] = [
 
 def _unsafe_params() -> list[object]:
     seen: dict[str, int] = {}
-    params = []
+    params: list[object] = []
     for text, rule in UNSAFE:
         seen[rule] = seen.get(rule, 0) + 1
         params.append(pytest.param(text, rule, id=f"{rule}-{seen[rule]}"))

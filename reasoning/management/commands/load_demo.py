@@ -1,170 +1,152 @@
-"""Load a few demonstration flows (idempotent: fixed ids, safe to run on every start)."""
+"""Load demonstration data through the normal services (idempotent: fixed ids and names).
+
+Creates an operator login, a consenting and a non-consenting patient, and a few dozen
+flows from the three reference agents (Researcher, Critic, Correlator): completed,
+aborted and still-active ones, patient-safe and guard-failing ones, one with a merge
+step. Prints the demo credentials and a decision the consenting patient can read.
+"""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from patients.models import Patient
+from patients.services import create_patient
 from reasoning.models import ReasoningFlow
-from reasoning.services import add_steps, close_flow, start_flow
+from reasoning.services import add_steps, close_flow, create_operator, start_flow
 
 ACTOR = "system:demo"
 NAMESPACE = uuid.UUID("6f1d2c3e-8a4b-4c5d-9e6f-7a8b9c0d1e2f")
+OPERATOR = ("operator", "operator-demo-2026")
+CONSENTING = ("patient", "patient-demo-2026")
+NOT_CONSENTING = ("patient-no-consent", "patient-demo-2026")
+FLOW_COUNT = 30
+
+# Each agent's canonical three steps: (kind, safe summary).
+AGENTS: dict[str, dict[str, Any]] = {
+    "researcher": {
+        "trigger_type": "user_question",
+        "trigger": "Asked whether a change in blood pressure treatment is needed",
+        "steps": [
+            ("retrieval", "Retrieved recent readings and current guidelines"),
+            ("llm_prompt", "Compared the readings with the guideline targets"),
+            ("verdict", "Concluded that a follow-up visit is the right next step"),
+        ],
+        "outcome": ("recommendation_delivered", "Recommended a follow-up visit with the care team"),
+    },
+    "critic": {
+        "trigger_type": "claim_review",
+        "trigger": "Checked a drafted claim against the evidence graph",
+        "steps": [
+            ("graph_walk", "Walked the evidence graph around the claim"),
+            ("llm_prompt", "Asked whether the evidence supports the claim"),
+            ("verdict", "Found enough independent support to keep the claim"),
+        ],
+        "outcome": ("claim_created", "Kept the claim after checking its evidence"),
+    },
+    "correlator": {
+        "trigger_type": "correlation_scan",
+        "trigger": "Looked for patterns across recent measurements",
+        "steps": [
+            ("aggregation", "Combined activity and sleep trends"),
+            ("llm_prompt", "Asked whether the trends move together"),
+            ("verdict", "Found a weak pattern worth watching"),
+        ],
+        "outcome": ("recommendation_delivered", "Suggested keeping an eye on sleep and activity together"),
+    },
+}
+# A summary the guard rejects (medication with a dose), used to show guard-failing flows.
+UNSAFE_SUMMARY = "Reviewed metformin 500mg twice daily"
 
 
 def demo_id(name: str) -> uuid.UUID:
     return uuid.uuid5(NAMESPACE, name)
 
 
-def _step(name: str, kind: str, agent: str, summary: str, confidence: float, **extra: Any) -> dict[str, Any]:
+def _ensure_patient(username: str, password: str, *, consent: bool) -> Patient:
+    existing = Patient.objects.filter(user__username=username).first()
+    if existing:
+        return existing
+    return create_patient(username=username, password=password, consent=consent, actor=ACTOR)
+
+
+def _flow_spec(index: int, patients: list[Patient | None]) -> dict[str, Any]:
+    agent = list(AGENTS)[index % 3]
+    spec = AGENTS[agent]
+    patient = patients[index % len(patients)]
+    steps = []
+    previous: uuid.UUID | None = None
+    for position, (kind, summary) in enumerate(spec["steps"], start=1):
+        step_id = demo_id(f"flow-{index}-step-{position}")
+        if index % 5 == 4 and position == 2:
+            summary = UNSAFE_SUMMARY
+        steps.append(
+            {
+                "id": step_id,
+                "kind": kind,
+                "agent": agent,
+                "summary_text": summary,
+                "confidence": round(0.97 - 0.01 * ((index + position) % 9), 2),
+                "latency_ms": 80 + 35 * position + index,
+                "parent_step_id": previous,
+                "llm_call_log_ref": f"demo-llm-{index}-{position}" if kind == "llm_prompt" else "",
+                "reasoning_content": f"Demo chain-of-thought for step {position} of flow {index}."
+                if kind == "llm_prompt"
+                else "",
+            }
+        )
+        previous = step_id
+    if index == 2:  # a merge: the verdict also depends on the first step
+        steps[2]["extra_parent_ids"] = [steps[0]["id"]]
+    if index % 10 == 9:
+        close = None  # still active
+    elif index % 7 == 6:
+        close = {"state": "aborted", "abort_reason": "tool_error"}
+    else:
+        outcome_type, outcome_summary = spec["outcome"]
+        close = {"state": "completed", "outcome_type": outcome_type, "outcome_summary": outcome_summary}
     return {
-        "id": demo_id(name),
-        "kind": kind,
-        "agent": agent,
-        "summary_text": summary,
-        "confidence": confidence,
-        "latency_ms": 40 + len(summary),
-        **extra,
+        "flow": {
+            "id": demo_id(f"flow-{index}"),
+            "trigger_type": spec["trigger_type"],
+            "trigger_ref": f"demo/{agent}/{index}",
+            "trigger_summary": spec["trigger"],
+            "agent": agent,
+            "trace_id": f"demo-trace-{index // 2}",
+            "patient_id": patient.pk if patient else None,
+        },
+        "steps": steps,
+        "close": close,
     }
 
 
-DEMO_FLOWS: list[dict[str, Any]] = [
-    {
-        "flow": {
-            "id": demo_id("researcher"),
-            "trigger_type": "user_question",
-            "trigger_ref": "demo/question/1",
-            "trigger_summary": "Asked whether a change in blood pressure medication is needed",
-            "agent": "researcher",
-            "trace_id": "demo-trace-researcher",
-        },
-        "steps": [
-            _step(
-                "r1",
-                "retrieval",
-                "researcher",
-                "Retrieved recent readings and current guidelines",
-                0.96,
-                llm_call_log_ref="demo-llm-1",
-            ),
-            _step(
-                "r2",
-                "llm_prompt",
-                "researcher",
-                "Compared the readings with guideline targets",
-                0.93,
-                parent_step_id=demo_id("r1"),
-                llm_call_log_ref="demo-llm-2",
-            ),
-            _step(
-                "r3",
-                "verdict",
-                "researcher",
-                "Concluded a follow-up visit is the right next step",
-                0.91,
-                parent_step_id=demo_id("r2"),
-                memory_claim_ref="demo-claim-1",
-            ),
-        ],
-        "close": {
-            "state": "completed",
-            "outcome_type": "recommendation_delivered",
-            "outcome_summary": "Recommended a follow-up visit with the care team",
-        },
-    },
-    {
-        "flow": {
-            "id": demo_id("critic"),
-            "trigger_type": "claim_review",
-            "trigger_ref": "demo/claim/7",
-            "trigger_summary": "Checked a drafted claim against the evidence graph",
-            "agent": "critic",
-            "trace_id": "demo-trace-critic",
-        },
-        "steps": [
-            _step(
-                "c1",
-                "graph_walk",
-                "critic",
-                "Walked the evidence graph around the claim",
-                0.88,
-                decision_graph_node_ref="demo-node-3",
-            ),
-            _step(
-                "c2",
-                "llm_prompt",
-                "critic",
-                "Asked whether the evidence supports the claim",
-                0.84,
-                parent_step_id=demo_id("c1"),
-                llm_call_log_ref="demo-llm-3",
-            ),
-            _step(
-                "c3",
-                "verdict",
-                "critic",
-                "Found the evidence too thin and rejected the claim",
-                0.8,
-                parent_step_id=demo_id("c2"),
-            ),
-        ],
-        "close": {
-            "state": "completed",
-            "outcome_type": "claim_rejected",
-            "outcome_summary": "Rejected the claim for lack of evidence",
-        },
-    },
-    {
-        "flow": {
-            "id": demo_id("correlator"),
-            "trigger_type": "correlation_scan",
-            "trigger_ref": "demo/scan/2",
-            "trigger_summary": "Looked for patterns across two independent evidence branches",
-            "agent": "correlator",
-            "trace_id": "demo-trace-correlator",
-        },
-        "steps": [
-            _step("k1", "retrieval", "correlator", "Gathered lab trends", 0.9),
-            _step("k2", "retrieval", "correlator", "Gathered activity trends", 0.87),
-            _step(
-                "k3",
-                "aggregation",
-                "correlator",
-                "Merged both branches into one view",
-                0.85,
-                parent_step_id=demo_id("k1"),
-                extra_parent_ids=[demo_id("k2")],
-            ),
-        ],
-        "close": None,  # left active: shows an in-progress flow
-    },
-    {
-        "flow": {
-            "id": demo_id("aborted"),
-            "trigger_type": "user_question",
-            "trigger_ref": "demo/question/2",
-            "trigger_summary": "Asked about a recent lab result",
-            "agent": "researcher",
-            "trace_id": "demo-trace-aborted",
-        },
-        "steps": [_step("a1", "tool_call", "researcher", "Called the lab results service, which timed out", 0.2)],
-        "close": {"state": "aborted", "abort_reason": "tool_error"},
-    },
-]
-
-
 class Command(BaseCommand):
-    help = "Load demonstration flows through the normal services (idempotent)."
+    help = "Load demonstration users, patients and flows (idempotent)."
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if not get_user_model().objects.filter(username=OPERATOR[0]).exists():
+            create_operator(username=OPERATOR[0], password=OPERATOR[1], actor=ACTOR)
+        consenting = _ensure_patient(*CONSENTING, consent=True)
+        not_consenting = _ensure_patient(*NOT_CONSENTING, consent=False)
+        patients: list[Patient | None] = [consenting, not_consenting, None]
         created = 0
-        for demo in DEMO_FLOWS:
+        for index in range(FLOW_COUNT):
+            demo = _flow_spec(index, patients)
             flow, was_created = start_flow(demo["flow"], actor=ACTOR)
             created += was_created
             add_steps(flow.pk, demo["steps"], actor=ACTOR)
-            close = demo["close"]
-            if close and ReasoningFlow.objects.filter(pk=flow.pk).active().exists():
-                close_flow(flow.pk, actor=ACTOR, **close)
-        self.stdout.write(f"demo data: {len(DEMO_FLOWS)} flows ({created} new)")
+            if demo["close"] and ReasoningFlow.objects.filter(pk=flow.pk).active().exists():
+                close_flow(flow.pk, actor=ACTOR, **demo["close"])
+        readable = (
+            ReasoningFlow.objects.filter(patient=consenting, patient_safe_summary=True).order_by("created_at").first()
+        )
+        self.stdout.write(f"demo data: {FLOW_COUNT} flows ({created} new)")
+        self.stdout.write(f"  operator (Django admin at /admin/): {OPERATOR[0]} / {OPERATOR[1]}")
+        self.stdout.write(f"  consenting patient: {CONSENTING[0]} / {CONSENTING[1]}")
+        self.stdout.write(f"  non-consenting patient: {NOT_CONSENTING[0]} / {NOT_CONSENTING[1]}")
+        if readable:
+            self.stdout.write(f"  log in as {CONSENTING[0]} and open /dashboard/reasoning/{readable.pk}")

@@ -1,0 +1,11 @@
+"""Patient pages of the reasoning app (the API routes are in reasoning/urls.py)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from reasoning import views
+
+urlpatterns = [
+    path("dashboard/reasoning/<str:decision_id>", views.narrative_page, name="narrative-page"),
+]
