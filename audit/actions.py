@@ -49,6 +49,7 @@ class Action(StrEnum):
 
     # Patients and consent
     PATIENT_CREATED = "patient.created"
+    PATIENT_PHI_VIEWED = "admin.patient.phi_viewed"
     PATIENT_CONSENT_CHANGED = "patient.reasoning_read_consent.changed"
     FIELD_ENCRYPTION_ROTATED = "admin.field_encryption.rotated"
 

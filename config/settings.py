@@ -135,6 +135,9 @@ TEMPLATES = [
     },
 ]
 
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/dashboard/profile"
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
@@ -148,6 +151,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Messages live in the (server-side) session, not a cookie: the admin shows a new API
+# token's secret once through a message.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
 # Request bodies above this size get a 413 with a JSON message (REQUEST_MAX_BYTES).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("REQUEST_MAX_BYTES", 1_048_576, minimum=1024)

@@ -15,7 +15,7 @@ from config.errors import Conflict, InvalidInput
 from patients.models import Patient
 
 
-@transaction.atomic(durable=True)
+@transaction.atomic
 def create_patient(
     *,
     username: str,
@@ -49,7 +49,7 @@ def create_patient(
     return patient
 
 
-@transaction.atomic(durable=True)
+@transaction.atomic
 def set_reasoning_read_consent(patient_id: uuid.UUID, *, granted: bool, actor: str) -> bool:
     """Set the patient's consent; return whether it changed. Each change is audited."""
     changed = (
@@ -65,3 +65,9 @@ def set_reasoning_read_consent(patient_id: uuid.UUID, *, granted: bool, actor: s
             payload={"reasoning_read_consent": granted},
         )
     return bool(changed)
+
+
+@transaction.atomic
+def record_phi_view(patient_id: uuid.UUID, *, actor: str) -> None:
+    """Audit that someone was shown a patient's decrypted PHI (HIPAA access trail)."""
+    record(Action.PATIENT_PHI_VIEWED, actor=actor, target=("patients.patient", patient_id))

@@ -10,6 +10,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
+from patients.access import ACCESS_FIELDS, patient_for_user, user_actor
 from patients.models import Patient
 from reasoning.auth import TokenPrincipal
 from reasoning.models import ApiToken
@@ -20,10 +21,8 @@ def patient_of(request: Request | HttpRequest) -> Patient | None:
     user = request.user
     if isinstance(user, TokenPrincipal):
         patient_id = user.token.patient_id
-        return Patient.objects.filter(pk=patient_id).first() if patient_id else None
-    if user is not None and user.is_authenticated:
-        return Patient.objects.filter(user_id=user.pk).first()
-    return None
+        return Patient.objects.only(*ACCESS_FIELDS).filter(pk=patient_id).first() if patient_id else None
+    return patient_for_user(user)
 
 
 def actor_for(request: Request | HttpRequest) -> str:
@@ -31,7 +30,7 @@ def actor_for(request: Request | HttpRequest) -> str:
     if isinstance(user, TokenPrincipal):
         return user.actor
     if user is not None and user.is_authenticated:
-        return f"user:{user.pk}"
+        return user_actor(user)
     raise exceptions.NotAuthenticated()
 
 

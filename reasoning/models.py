@@ -70,6 +70,8 @@ class ReasoningFlow(models.Model):
             ),
             # One correlation id reconstructs a whole agent turn: GET /admin/v1/reasoning/flows?trace_id=
             models.Index(fields=["trace_id", "created_at"], name="reasoning_flow_trace_created"),
+            # Newest flows first, unfiltered: the admin flow list and Django admin's changelist.
+            models.Index(fields=["created_at"], name="reasoning_flow_created"),
             # The decay job: active flows older than the cut-off.
             models.Index(fields=["flow_state", "created_at"], name="reasoning_flow_state_created"),
         ]

@@ -13,8 +13,10 @@ Who may read it (the one access rule for this audience, used by the API and the 
 
 The projection carries the trigger summary, one card per step (agent label, summary,
 time), the outcome summary and a disclaimer: no ids of other records, no inputs or
-outputs, no rationale, no raw reasoning. Every answer other than 404 is audited as
-``patient.reasoning.flow.read`` with its outcome.
+outputs, no rationale, no raw reasoning. Every answer this function gives other than 404
+is audited as ``patient.reasoning.flow.read`` with its outcome. (401, a token without
+``reasoning.read`` and 429 are refused before it runs, by authentication, permission
+and throttle.)
 """
 
 from __future__ import annotations
@@ -62,6 +64,14 @@ def _denied(reason: str, detail: str) -> Narrative:
 @transaction.atomic
 def read_narrative(flow_id: uuid.UUID, *, patient: Patient | None, actor: str) -> Narrative:
     if patient is None:
+        # Audited against the requested id without looking it up: the answer must not
+        # depend on whether the flow exists.
+        record(
+            Action.PATIENT_FLOW_READ,
+            actor=actor,
+            target=(ReasoningFlow._meta.label_lower, flow_id),
+            payload={"outcome": "denied_not_patient"},
+        )
         return _denied("not_patient", "Only the patient a decision is about can read its narrative.")
     flow = ReasoningFlow.objects.filter(pk=flow_id, patient_id=patient.pk).first()
     if flow is None:

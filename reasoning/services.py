@@ -44,7 +44,7 @@ def request_fingerprint(data: Mapping[str, Any]) -> str:
 # --- API tokens ---------------------------------------------------------------------
 
 
-@transaction.atomic(durable=True)
+@transaction.atomic
 def create_api_token(
     *,
     name: str,
@@ -91,7 +91,7 @@ def create_api_token(
     return token, raw
 
 
-@transaction.atomic(durable=True)
+@transaction.atomic
 def revoke_api_token(*, name: str, actor: str) -> ApiToken:
     updated = ApiToken.objects.filter(name=name, revoked_at__isnull=True).update(revoked_at=timezone.now())
     token = ApiToken.objects.filter(name=name).first()
@@ -103,7 +103,7 @@ def revoke_api_token(*, name: str, actor: str) -> ApiToken:
     return token
 
 
-@transaction.atomic(durable=True)
+@transaction.atomic
 def create_operator(*, username: str, password: str, actor: str) -> Any:
     """A staff login for operators (Django admin and the operator pages)."""
     user_model = get_user_model()

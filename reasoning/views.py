@@ -20,9 +20,6 @@ from config.errors import NotFound
 from reasoning.access import NarrativeReadThrottle, actor_for, patient_of
 from reasoning.narrative import read_narrative
 
-# 403 reasons that get the "ask your care team" wording; no_consent has its own page.
-CARE_TEAM_REASONS = frozenset({"unsafe_summary", "not_patient"})
-
 
 @login_required
 @require_safe

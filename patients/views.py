@@ -1,0 +1,58 @@
+"""The patient's profile page: their public id and the ``reasoning.read`` consent toggle.
+
+The toggle is a plain form (POST, CSRF-protected, redirect back) that htmx upgrades to
+swap only the toggle fragment. It posts the *wanted* state, not "flip", so a double
+submit or a stale tab cannot undo the patient's choice.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_POST, require_safe
+from django_htmx.middleware import HtmxDetails
+
+from patients.access import patient_for_user, user_actor
+from patients.services import set_reasoning_read_consent
+
+# The form's "consent" values and the state each one asks for.
+CONSENT_CHOICES = {"on": True, "off": False}
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+@login_required
+@require_safe
+def profile_page(request: HttpRequest) -> HttpResponse:
+    patient = patient_for_user(request.user)
+    if patient is None:
+        return render(request, "patients/no_patient.html")
+    return render(request, "patients/profile.html", {"patient": patient})
+
+
+@login_required
+@require_POST
+def consent_toggle(request: HtmxHttpRequest) -> HttpResponse:
+    patient = patient_for_user(request.user)
+    if patient is None:
+        return render(request, "patients/no_patient.html", status=403)
+    granted = CONSENT_CHOICES.get(request.POST.get("consent", ""))
+    if granted is None:
+        return render(request, "patients/bad_request.html", status=400)
+    set_reasoning_read_consent(patient.pk, granted=granted, actor=user_actor(request.user))
+    patient.reasoning_read_consent = granted
+    confirmation = (
+        "Reading the reasoning behind decisions is now on."
+        if granted
+        else "Reading the reasoning behind decisions is now off."
+    )
+    if request.htmx:
+        return render(request, "patients/_consent_toggle.html", {"patient": patient, "confirmation": confirmation})
+    messages.success(request, confirmation)
+    # 303: the browser follows with a GET, so a reload does not re-post the form.
+    return HttpResponseRedirect(reverse("patient-profile"), status=303)

@@ -1,0 +1,266 @@
+"""GET /dashboard/reasoning/<decision_id>: the patient's narrative page."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from pytest_django import DjangoAssertNumQueries
+
+from audit.models import AuditEvent
+from patients.models import Patient
+from patients.services import create_patient
+from reasoning import services
+from reasoning.access import NarrativeReadThrottle
+from reasoning.narrative import DISCLAIMER
+
+pytestmark = pytest.mark.django_db
+
+SAFE_STEPS = ("Reviewed recent lab results", "Compared them with the care guideline")
+MakeFlow = Callable[..., uuid.UUID]
+
+
+def page_url(decision_id: object) -> str:
+    return f"/dashboard/reasoning/{decision_id}"
+
+
+class _Response(Protocol):
+    @property
+    def content(self) -> bytes: ...
+
+
+def html(response: _Response) -> str:
+    return response.content.decode()
+
+
+@pytest.fixture
+def consenting_patient() -> Patient:
+    return create_patient(
+        username="ada.patient",
+        password="correct horse battery",
+        consent=True,
+        actor="system:test",
+        name="Ada Lovelace",
+        mrn="MRN-4455",
+    )
+
+
+@pytest.fixture
+def non_consenting_patient() -> Patient:
+    return create_patient(username="grace", password="correct horse battery", consent=False, actor="system:test")
+
+
+@pytest.fixture
+def make_flow() -> MakeFlow:
+    """Open a flow about ``patient`` with one step per summary; close it unless ``close`` is False."""
+
+    def make(patient: Patient, summaries: Sequence[str] = SAFE_STEPS, *, close: bool = True) -> uuid.UUID:
+        flow, _ = services.start_flow(
+            {
+                "trigger_type": "lab_result",
+                "trigger_ref": "labs/1",
+                "trigger_summary": "A new lab result arrived",
+                "agent": "researcher",
+                "patient_id": patient.pk,
+            },
+            actor="system:test",
+        )
+        for summary in summaries:
+            services.add_step(
+                flow.pk, {"kind": "retrieval", "agent": "researcher", "summary_text": summary}, actor="system:test"
+            )
+        if close:
+            services.close_flow(
+                flow.pk,
+                state="completed",
+                actor="system:test",
+                outcome_type="recommendation_delivered",
+                outcome_summary="Suggested a follow-up visit",
+            )
+        return flow.pk
+
+    return make
+
+
+def logged_in(patient: Patient) -> Client:
+    client = Client()
+    assert patient.user is not None
+    client.force_login(patient.user)
+    return client
+
+
+def test_anonymous_is_redirected_to_login(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(consenting_patient)
+
+    response = Client().get(page_url(flow_id))
+
+    assert response.status_code == 302
+    assert response["Location"] == f"/accounts/login/?next=/dashboard/reasoning/{flow_id}"
+
+
+def test_consenting_patient_sees_their_safe_narrative(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(consenting_patient)
+
+    response = logged_in(consenting_patient).get(page_url(flow_id))
+
+    assert response.status_code == 200
+    body = html(response)
+    assert "A new lab result arrived" in body
+    for summary in SAFE_STEPS:
+        assert summary in body
+    assert body.count('class="card"') == len(SAFE_STEPS)
+    assert "Research assistant" in body  # the agent's plain label, not "researcher"
+    assert "Suggested a follow-up visit" in body
+    assert DISCLAIMER in body
+    assert re.search(r'<time datetime="\d{4}-\d\d-\d\dT[^"]+">\d{1,2} \w+ \d{4}, \d\d:\d\d UTC</time>', body)
+
+
+def test_served_read_is_audited_for_the_logged_in_user(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(consenting_patient)
+
+    logged_in(consenting_patient).get(page_url(flow_id))
+
+    event = AuditEvent.objects.filter(action="patient.reasoning.flow.read").get()
+    assert event.actor == f"user:{consenting_patient.user_id}"
+    assert event.target_id == str(flow_id)
+    assert event.payload["outcome"] == "served"
+
+
+def test_narrative_page_shows_no_phi(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(consenting_patient)
+
+    body = html(logged_in(consenting_patient).get(page_url(flow_id)))
+
+    assert "Ada Lovelace" not in body
+    assert "MRN-4455" not in body
+    assert "ada.patient" not in body  # not even the username in the header
+
+
+def test_active_flow_shows_still_working_banner_with_step_count(
+    consenting_patient: Patient, make_flow: MakeFlow
+) -> None:
+    flow_id = make_flow(consenting_patient, close=False)
+
+    response = logged_in(consenting_patient).get(page_url(flow_id))
+
+    # The page mirrors the API: 202 while the decision is still being worked on.
+    assert response.status_code == 202
+    body = html(response)
+    assert "Still working on this" in body
+    assert "So far 2 steps have been completed" in body
+    assert SAFE_STEPS[0] not in body
+
+
+def test_active_flow_with_one_step_says_step_singular(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(consenting_patient, ["Reviewed recent lab results"], close=False)
+
+    body = html(logged_in(consenting_patient).get(page_url(flow_id)))
+
+    assert "So far 1 step has been completed" in body
+
+
+def test_unsafe_summary_asks_care_team_with_403(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(consenting_patient, ["Reviewed recent lab results", "Reviewed metformin 500mg"])
+
+    response = logged_in(consenting_patient).get(page_url(flow_id))
+
+    assert response.status_code == 403
+    body = html(response)
+    assert "ask your care team" in body
+    assert "metformin" not in body
+    assert "Reviewed recent lab results" not in body
+
+
+def test_no_consent_is_403_with_link_to_profile(non_consenting_patient: Patient, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(non_consenting_patient)
+
+    response = logged_in(non_consenting_patient).get(page_url(flow_id))
+
+    assert response.status_code == 403
+    body = html(response)
+    assert "not turned on" in body
+    assert '<a href="/dashboard/profile">your profile</a>' in body
+    assert SAFE_STEPS[0] not in body
+
+
+def test_another_patients_flow_is_404(
+    consenting_patient: Patient, non_consenting_patient: Patient, make_flow: MakeFlow
+) -> None:
+    someone_elses = make_flow(non_consenting_patient)
+
+    response = logged_in(consenting_patient).get(page_url(someone_elses))
+
+    assert response.status_code == 404
+    body = html(response)
+    assert "Decision not found" in body
+    assert SAFE_STEPS[0] not in body
+
+
+@pytest.mark.parametrize("decision_id", [uuid.UUID(int=7), "not-a-uuid"])
+def test_unknown_or_malformed_id_is_404_page(consenting_patient: Patient, decision_id: object) -> None:
+    response = logged_in(consenting_patient).get(page_url(decision_id))
+
+    assert response.status_code == 404
+    assert "Decision not found" in html(response)
+    assert response["Content-Type"].startswith("text/html")
+
+
+def test_logged_in_non_patient_is_403_and_asked_to_see_care_team(
+    consenting_patient: Patient, make_flow: MakeFlow
+) -> None:
+    flow_id = make_flow(consenting_patient)
+    client = Client()
+    client.force_login(get_user_model().objects.create_user(username="clerk", password="correct horse battery"))
+
+    response = client.get(page_url(flow_id))
+
+    assert response.status_code == 403
+    body = html(response)
+    assert "ask your care team" in body
+    assert SAFE_STEPS[0] not in body
+
+
+def test_reads_past_the_limit_are_429(
+    consenting_patient: Patient, make_flow: MakeFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The page shares the API's per-caller throttle; lower it instead of making 31 reads.
+    monkeypatch.setattr(NarrativeReadThrottle, "rate", "1/5m")
+    flow_id = make_flow(consenting_patient)
+    client = logged_in(consenting_patient)
+
+    assert client.get(page_url(flow_id)).status_code == 200
+    response = client.get(page_url(flow_id))
+
+    assert response.status_code == 429
+    assert int(response["Retry-After"]) >= 1
+    assert "try again in a few minutes" in html(response)
+
+
+def test_page_loads_htmx_only_from_vendored_static(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(consenting_patient)
+
+    body = html(logged_in(consenting_patient).get(page_url(flow_id)))
+
+    assert '<script src="/static/vendor/htmx/htmx.min.js" defer></script>' in body
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", body)
+
+
+def test_narrative_page_query_count(
+    consenting_patient: Patient, make_flow: MakeFlow, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    flow_id = make_flow(consenting_patient)
+    client = logged_in(consenting_patient)
+
+    # 1 session, 2 user; throttle (database cache): 3 read the history, 4 count rows
+    # (culling), 5 savepoint, 6 look up the key, 7 write it, 8 release; 9 the patient
+    # (patient_of); read_narrative: 10 savepoint, 11 the flow, 12 the audit event,
+    # 13 the steps, 14 release.
+    with django_assert_num_queries(14):
+        response = client.get(page_url(flow_id))
+
+    assert response.status_code == 200
