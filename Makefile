@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint fmt setup db bench clean
+.PHONY: run test lint fmt setup db bench bench-matcher clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,13 @@ fmt: setup
 test: lint db
 	$(BIN)/pytest
 
+# The write path, then the matcher (100k pathways; BENCH_LARGE=1 for 1M).
 bench: db
 	$(BIN)/python scripts/bench_write_path.py
+	$(BIN)/python scripts/bench_matcher.py
+
+bench-matcher: db
+	$(BIN)/python scripts/bench_matcher.py
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .mypy_cache .ruff_cache

@@ -33,6 +33,14 @@ class Action(StrEnum):
     ADMIN_PATHWAY_HIT_PROXY = "admin.reasoning.pathway.hit.proxy"
     ADMIN_PATHWAY_STATS_READ_PROXY = "admin.reasoning.pathway.stats_read.proxy"
 
+    # Pathway jobs
+    JOB_PATHWAY_DECAY_STARTED = "memory.job.pathway_decay.started"
+    JOB_PATHWAY_DECAY_COMPLETED = "memory.job.pathway_decay.completed"
+    JOB_PATHWAY_DECAY_ERROR = "memory.job.pathway_decay.error"
+    JOB_PATHWAY_BACKFILL_STARTED = "memory.job.pathway_embedding_backfill.started"
+    JOB_PATHWAY_BACKFILL_COMPLETED = "memory.job.pathway_embedding_backfill.completed"
+    JOB_PATHWAY_BACKFILL_ERROR = "memory.job.pathway_embedding_backfill.error"
+
     # Research backlog and claims review
     RESEARCH_DEEPER_REQUESTED = "admin.reasoning.research.deeper_requested"
     RESEARCH_DEEPER_REQUEST_CREATED = "reasoning.research.deeper_request_created"

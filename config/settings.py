@@ -210,6 +210,10 @@ Q_CLUSTER = {
 
 # Flows still active after this many hours are aborted with reason "timeout".
 FLOW_DECAY_HOURS = env_int("FLOW_DECAY_HOURS", 24, minimum=1)
+# Pathway library: the embedding model (pathways.embeddings) and decay thresholds.
+PATHWAY_EMBEDDING_MODEL = env_str("PATHWAY_EMBEDDING_MODEL") or "hash_bucket_v1"
+PATHWAY_COLD_DAYS = env_int("PATHWAY_COLD_DAYS", 30, minimum=1)
+PATHWAY_STALE_DAYS = env_int("PATHWAY_STALE_DAYS", 90, minimum=1)
 # Raw chain-of-thought is deleted this many days after its step was written.
 REASONING_CONTENT_RETENTION_DAYS = env_int("REASONING_CONTENT_RETENTION_DAYS", 30, minimum=1)
 

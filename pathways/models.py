@@ -1,1 +1,116 @@
-"""Pathway library models (the pgvector extension is created by this app's first migration)."""
+"""Pathways: reusable decision templates extracted from high-confidence completed flows.
+
+The pgvector extension is created by this app's first migration.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models import Count, Q
+from django.utils import timezone
+from pgvector.django import HnswIndex, VectorField
+
+from pathways.embeddings import EMBEDDING_DIMENSIONS
+
+
+class PathwayQuerySet(models.QuerySet["Pathway"]):
+    def active(self) -> PathwayQuerySet:
+        return self.filter(demoted_at__isnull=True)
+
+    def needing_embedding(self, model_name: str) -> PathwayQuerySet:
+        """Active pathways with no vector, or a vector from another model."""
+        return self.active().filter(Q(embedding__isnull=True) | ~Q(embedding_model=model_name))
+
+    def cold(self, created_before: datetime) -> PathwayQuerySet:
+        """Never reused and older than the cut-off."""
+        return self.active().filter(hit_count=0, created_at__lt=created_before)
+
+    def stale(self, last_hit_before: datetime) -> PathwayQuerySet:
+        """Reused once, but not since the cut-off."""
+        return self.active().filter(last_hit_at__lt=last_hit_before)
+
+    def counts_by_trigger_type(self) -> dict[str, dict[str, int]]:
+        """Per trigger type: active pathways, and active ones with hit_count >= 3."""
+        rows = self.values("trigger_type").annotate(
+            active=Count("id", filter=Q(demoted_at__isnull=True)),
+            high_hit=Count("id", filter=Q(demoted_at__isnull=True, hit_count__gte=MATURE_HIT_COUNT)),
+        )
+        return {row["trigger_type"]: {"active": row["active"], "high_hit": row["high_hit"]} for row in rows}
+
+
+MATURE_ACTIVE = 5
+MATURE_HIT_COUNT = 3
+
+
+def maturity(active: int, high_hit: int) -> str:
+    """mature: >= 5 active and >= 1 reused 3+ times; growing: >= 1 active; sparse: none active."""
+    if active >= MATURE_ACTIVE and high_hit >= 1:
+        return "mature"
+    if active >= 1:
+        return "growing"
+    return "sparse"
+
+
+class Pathway(models.Model):
+    class DemotionReason(models.TextChoices):
+        COLD = "cold_no_hits_30d"
+        STALE = "stale_no_recent_hits_90d"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    trigger_type = models.CharField(max_length=100)
+    trigger_ref = models.CharField(max_length=500, blank=True, default="")
+    step_kinds = ArrayField(models.CharField(max_length=64), default=list)
+    agents = ArrayField(models.CharField(max_length=100), default=list)
+    # One pathway per flow: extraction is idempotent.
+    seed_flow = models.OneToOneField(
+        "reasoning.ReasoningFlow", on_delete=models.PROTECT, related_name="pathway", editable=False
+    )
+    confidence = models.FloatField()
+    hit_count = models.PositiveIntegerField(default=0)
+    last_hit_at = models.DateTimeField(null=True, blank=True)
+    embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
+    embedding_model = models.CharField(max_length=64, blank=True, default="")
+    demoted_at = models.DateTimeField(null=True, blank=True)
+    demotion_reason = models.CharField(max_length=64, choices=DemotionReason.choices, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = PathwayQuerySet.as_manager()
+
+    class Meta:
+        db_table = "pathways_pathway"
+        indexes = [
+            # Semantic candidates: cosine HNSW; trigger_type/model/demoted filters run with
+            # hnsw.iterative_scan so filtered queries still return full result lists.
+            HnswIndex(
+                name="pathways_pathway_embed_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            # Structural candidates: exact and prefix refs within a trigger type (prefix via LIKE 'x%').
+            models.Index(
+                fields=["trigger_type", "trigger_ref"],
+                name="pathways_pathway_type_ref",
+                opclasses=["varchar_pattern_ops", "varchar_pattern_ops"],
+                condition=Q(demoted_at__isnull=True),
+            ),
+            # Structural candidates: the most reused pathways of a trigger type.
+            models.Index(
+                fields=["trigger_type", "-hit_count"],
+                name="pathways_pathway_type_hits",
+                condition=Q(demoted_at__isnull=True),
+            ),
+            # The decay job: cold (never hit, by age) and stale (by last hit) candidates.
+            models.Index(
+                fields=["created_at"], name="pathways_pathway_cold", condition=Q(demoted_at__isnull=True, hit_count=0)
+            ),
+            models.Index(fields=["last_hit_at"], name="pathways_pathway_stale", condition=Q(demoted_at__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.trigger_type} pathway {self.id}"

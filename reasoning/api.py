@@ -257,11 +257,11 @@ class AdminFlowListView(APIView):
             if state not in ReasoningFlow.State.values:
                 raise InvalidInput(f"must be one of {', '.join(ReasoningFlow.State.values)}", field="flow_state")
             flows = flows.filter(flow_state=state)
-        limit = _limit(params.get("limit"), default=50, maximum=self.max_limit)
+        limit = parse_limit(params.get("limit"), default=50, maximum=self.max_limit)
         return Response([flow_representation(flow) for flow in flows[:limit]])
 
 
-def _limit(raw: Any, *, default: int, maximum: int) -> int:
+def parse_limit(raw: Any, *, default: int, maximum: int) -> int:
     if raw in (None, ""):
         return default
     try:

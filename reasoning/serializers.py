@@ -13,8 +13,9 @@ from reasoning.models import ReasoningFlow, ReasoningStep
 
 # Labels (trigger types, step kinds, agents, outcome types) are identifiers, not prose:
 # restricting their alphabet keeps free text (and so PHI) out of metrics and audit payloads.
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
 label_validator = RegexValidator(
-    r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$",
+    LABEL_PATTERN,
     "Use letters, digits and _ . : / - only (a label, not a sentence).",
 )
 

@@ -21,84 +21,27 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
-from pathlib import Path
 
 import psycopg
-from psycopg import sql
+from bench_common import (
+    ROOT,
+    child_env,
+    create_token,
+    drop_database,
+    free_port,
+    gunicorn_command,
+    manage,
+    recreate_database,
+    server_url,
+    wait_until_up,
+    with_database,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 BENCH_DB = "rft_bench"
-
-
-def server_url() -> str:
-    """A libpq URL for the server (not the database) that the project uses."""
-    if url := os.environ.get("DATABASE_URL"):
-        return url
-    sys.path.insert(0, str(ROOT))
-    from config.embedded_pg import embedded_database_url
-
-    return embedded_database_url(ROOT / ".data", "reasoning_flow")
-
-
-def with_database(url: str, name: str) -> str:
-    """``url`` with its database name replaced by ``name``."""
-    return re.sub(r"^(postgres(?:ql)?://[^/]*/)([^?]*)", rf"\g<1>{name}", url)
-
-
-def child_env(url: str) -> dict[str, str]:
-    env = dict(os.environ)
-    if "DATABASE_URL" in env:
-        env["DATABASE_URL"] = with_database(url, BENCH_DB)
-    else:
-        env["RFT_EMBEDDED_DB_NAME"] = BENCH_DB
-    env["LOG_LEVEL"] = "WARNING"
-    return env
-
-
-def recreate_database(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(BENCH_DB)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BENCH_DB)))
-
-
-def drop_database(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(BENCH_DB)))
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        sys.exit(f"manage.py {' '.join(args)} failed:\n{result.stderr}")
-    return result.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until_up(port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/reasoning/flows", timeout=1)
-        except urllib.error.HTTPError:
-            return  # any HTTP answer (401/405) means the server is serving
-        except OSError:
-            time.sleep(0.2)
-    sys.exit("the web server did not come up")
 
 
 def run_wrk(port: int, token: str, connections: int, duration: int, mode: str) -> dict[str, int]:
@@ -186,31 +129,18 @@ def main() -> int:
     if not shutil.which("wrk"):
         sys.exit("wrk is not installed: apt-get install wrk")
     url = server_url()
-    env = child_env(url)
+    env = child_env(url, BENCH_DB)
     bench_url = with_database(url, BENCH_DB)
 
     print(f"[1/5] creating database {BENCH_DB} and migrating", flush=True)
-    recreate_database(url)
+    recreate_database(url, BENCH_DB)
     manage(env, "migrate", "--no-input")
-    token = manage(env, "create_api_token", "--name", "bench", "--scopes", "reasoning.write").strip().splitlines()[-1]
+    token = create_token(env, "bench", "reasoning.write")
 
     port = free_port()
     print(f"[2/5] starting gunicorn ({args.workers} workers) on :{port} and the audit chainer", flush=True)
     procs = [
-        subprocess.Popen(
-            [
-                str(BIN / "gunicorn"),
-                "config.wsgi",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                str(args.workers),
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            env=env,
-        ),
+        subprocess.Popen(gunicorn_command(port, args.workers), cwd=ROOT, env=env),
         subprocess.Popen([sys.executable, "manage.py", "audit_chainer"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL),
     ]
     results: dict[str, dict[str, int]] = {}
@@ -232,7 +162,7 @@ def main() -> int:
     print("[5/5] verifying the audit chain", flush=True)
     print(f"  {audit_check(env)}", flush=True)
     if not args.keep_db:
-        drop_database(url)
+        drop_database(url, BENCH_DB)
     single, batch = step_rate(results["single"]), step_rate(results["batch"])
     print(f"one request per step: step_writes_per_s={single:.0f} ratio={single / raw_rate:.3f}")
     print(f"step_writes_per_s={batch:.0f} raw_inserts_per_s={raw_rate:.0f} ratio={batch / raw_rate:.3f}")

@@ -21,6 +21,7 @@ from rest_framework.test import APIClient
 from audit.chain import chain_all
 from audit.models import AuditChainLink, AuditEvent
 from config.errors import Conflict
+from pathways.models import Pathway
 from patients.models import Patient
 from patients.services import create_patient
 from reasoning.models import ApiToken, ReasoningFlow
@@ -466,3 +467,16 @@ def test_superuser_viewing_patient_phi_is_audited(admin_client: Client) -> None:
     event = AuditEvent.objects.filter(action="admin.patient.phi_viewed").get()
     assert event.target_id == str(patient.pk)
     assert "Zebulon" not in json.dumps(event.payload)
+
+
+def test_pathway_changelist_and_detail_are_view_only(admin_client: Client, flow: dict[str, Any]) -> None:
+    pathway = Pathway.objects.create(
+        trigger_type="user_question", trigger_ref="bp/visit/1", seed_flow_id=flow["id"], confidence=0.95
+    )
+    listing = admin_client.get("/admin/pathways/pathway/")
+    assert listing.status_code == 200
+    assert "bp/visit/1" in listing.content.decode()
+    detail = admin_client.get(change_url("pathways/pathway", pathway.pk))
+    assert detail.status_code == 200
+    assert 'name="_save"' not in detail.content.decode()
+    assert admin_client.post(change_url("pathways/pathway", pathway.pk), {}).status_code == 403

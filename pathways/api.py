@@ -1,0 +1,123 @@
+"""Operator routes of the pathway library (``reasoning.admin``)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db import transaction
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit.actions import Action
+from audit.services import record
+from config.errors import InvalidInput
+from pathways import services
+from pathways.matcher import Candidate, active_client, match
+from pathways.stats import pathway_stats
+from reasoning.api import ERRORS, parse_limit, parse_uuid
+from reasoning.auth import IsAdmin, actor_of
+from reasoning.serializers import LABEL_PATTERN
+
+MAX_MATCH_LIMIT = 50
+LABEL = re.compile(LABEL_PATTERN)
+
+
+def candidate_representation(candidate: Candidate) -> dict[str, Any]:
+    pathway = candidate.pathway
+    return {
+        "id": pathway.pk,
+        "trigger_type": pathway.trigger_type,
+        "trigger_ref": pathway.trigger_ref,
+        "score": round(candidate.score, 4),
+        "reason": candidate.reason,
+        "structural_score": candidate.structural,
+        "semantic_score": None if candidate.semantic is None else round(candidate.semantic, 4),
+        "hit_count": pathway.hit_count,
+        "embedding_model": pathway.embedding_model or None,
+    }
+
+
+class PathwayMatchView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="pathways_match",
+        summary="Rank library pathways for a (trigger_type, trigger_ref)",
+        description="Needs `reasoning.admin`. Read-only (no hit is recorded). Structural score exact_ref 1.0 / "
+        "prefix_ref 0.7 / trigger_type_only 0.3; blended 0.3 * structural + 0.7 * cosine when query and candidate "
+        "have same-model embeddings (reason gains `+semantic`). Sorted by score, then hit_count. Demoted pathways "
+        "never match. Audits `reasoning.pathway.match_requested` (count and top reason only).",
+        parameters=[
+            OpenApiParameter("trigger_type", str, required=True),
+            OpenApiParameter("trigger_ref", str),
+            OpenApiParameter("limit", int, description=f"1 to {MAX_MATCH_LIMIT}, default 10."),
+        ],
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="`{candidates: [...]}`"), **ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        trigger_type = params.get("trigger_type", "")
+        trigger_ref = params.get("trigger_ref", "")
+        if not trigger_type:
+            raise InvalidInput("is required", field="trigger_type")
+        if len(trigger_type) > 100 or not LABEL.match(trigger_type):
+            raise InvalidInput("must be a label of at most 100 characters", field="trigger_type")
+        if len(trigger_ref) > 500 or "\x00" in trigger_ref:
+            raise InvalidInput("must be at most 500 characters, without NUL", field="trigger_ref")
+        limit = parse_limit(params.get("limit"), default=10, maximum=MAX_MATCH_LIMIT)
+        candidates = match(trigger_type, trigger_ref, client=active_client(), limit=limit)
+        with transaction.atomic():
+            record(
+                Action.PATHWAY_MATCH_REQUESTED,
+                actor=actor_of(request),
+                target=None,
+                payload={
+                    "trigger_type": trigger_type,
+                    "count": len(candidates),
+                    "top_reason": candidates[0].reason if candidates else None,
+                },
+            )
+        return Response({"candidates": [candidate_representation(c) for c in candidates]})
+
+
+class PathwayHitView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="pathways_hit",
+        summary="Record that a pathway was reused",
+        description="Needs `reasoning.admin`. Atomically adds 1 to `hit_count` and stamps `last_hit_at`. "
+        "404 unknown, 409 demoted. Audits `reasoning.pathway.matched`.",
+        request=None,
+        parameters=[OpenApiParameter("pathway_id", OpenApiTypes.UUID, OpenApiParameter.PATH)],
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), 404: ERRORS[400], 409: ERRORS[400], **ERRORS},
+    )
+    def post(self, request: Request, pathway_id: str) -> Response:
+        pathway = services.record_hit(parse_uuid(pathway_id, "pathway_id"), actor=actor_of(request))
+        return Response({"id": pathway.pk, "hit_count": pathway.hit_count, "last_hit_at": pathway.last_hit_at})
+
+
+class PathwayStatsView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="pathways_stats",
+        summary="Library statistics and maturity per trigger type",
+        description="Needs `reasoning.admin`. total, active, embedded, by_model, by_trigger_type (active), "
+        "maturity_by_trigger_type (mature: ≥ 5 active and ≥ 1 reused 3+ times; growing: ≥ 1 active; sparse), "
+        "demoted, top_hits. Counts only. Audits `admin.reasoning.pathway.stats_read`.",
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        stats = pathway_stats()
+        with transaction.atomic():
+            record(
+                Action.ADMIN_PATHWAY_STATS_READ,
+                actor=actor_of(request),
+                payload={"total": stats["total"], "active": stats["active"]},
+            )
+        return Response(stats)

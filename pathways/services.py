@@ -1,0 +1,100 @@
+"""State changes of the pathway library, each with its audit event in one transaction."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from audit.actions import Action
+from audit.services import record
+from config.errors import Conflict, NotFound
+from pathways.models import Pathway
+from reasoning.models import ReasoningFlow, ReasoningStep
+
+logger = logging.getLogger(__name__)
+
+EXTRACTOR_ACTOR = "system:pathway_extractor"
+MIN_CONFIDENCE = 0.9
+QUALIFYING_OUTCOMES = frozenset({"claim_created", "recommendation_delivered"})
+
+
+def disqualifier(flow: ReasoningFlow) -> str | None:
+    """Why a closed flow cannot seed a pathway, or None when it qualifies."""
+    if flow.flow_state != ReasoningFlow.State.COMPLETED:
+        return "not_completed"
+    if flow.outcome_type not in QUALIFYING_OUTCOMES:
+        return "outcome_type_not_reusable"
+    if flow.outcome_confidence is None:
+        return "no_step_confidence"
+    if flow.outcome_confidence < MIN_CONFIDENCE:
+        return "low_confidence"
+    if flow.patient_safe_summary is not True:
+        return "summary_not_patient_safe"
+    return None
+
+
+@transaction.atomic
+def extract_pathway(flow_id: uuid.UUID, *, actor: str = EXTRACTOR_ACTOR) -> Pathway | None:
+    """Turn a qualifying closed flow into a pathway; idempotent on the flow.
+
+    Audits ``reasoning.pathway.extracted`` or ``reasoning.pathway.skipped`` (with the
+    disqualifier). Returns the pathway (new or existing), or None when skipped.
+    """
+    flow = ReasoningFlow.objects.filter(pk=flow_id).first()
+    if flow is None:
+        raise NotFound(f"flow {flow_id} does not exist")
+    existing = Pathway.objects.filter(seed_flow_id=flow_id).first()
+    if existing is not None:
+        return existing
+    reason = disqualifier(flow)
+    if reason is not None:
+        record(Action.PATHWAY_SKIPPED, actor=actor, target=flow, payload={"disqualifier": reason})
+        return None
+    steps = list(ReasoningStep.objects.filter(flow_id=flow_id).order_by("position").values_list("kind", "agent"))
+    try:
+        with transaction.atomic():  # savepoint: a concurrent extraction of the same flow wins
+            pathway = Pathway.objects.create(
+                trigger_type=flow.trigger_type,
+                trigger_ref=flow.trigger_ref,
+                step_kinds=[kind for kind, _ in steps],
+                agents=sorted({agent for _, agent in steps}),
+                seed_flow=flow,
+                confidence=flow.outcome_confidence or 0.0,  # not None: the qualifier checked it
+            )
+    except IntegrityError:
+        return Pathway.objects.get(seed_flow_id=flow_id)
+    record(
+        Action.PATHWAY_EXTRACTED,
+        actor=actor,
+        target=pathway,
+        payload={"flow_id": str(flow_id), "trigger_type": pathway.trigger_type, "step_count": len(steps)},
+    )
+    return pathway
+
+
+def extract_after_close(sender: Any, *, flow_id: uuid.UUID, **kwargs: Any) -> None:
+    """``flow_closed`` receiver: runs after the close committed; never fails the close."""
+    try:
+        extract_pathway(flow_id)
+    except Exception:
+        logger.exception("pathway extraction failed for flow %s", flow_id)
+
+
+@transaction.atomic
+def record_hit(pathway_id: uuid.UUID, *, actor: str, action: Action = Action.PATHWAY_MATCHED) -> Pathway:
+    """A pathway was reused: atomically bump ``hit_count`` and stamp ``last_hit_at``."""
+    updated = Pathway.objects.filter(pk=pathway_id, demoted_at__isnull=True).update(
+        hit_count=F("hit_count") + 1, last_hit_at=timezone.now()
+    )
+    pathway = Pathway.objects.filter(pk=pathway_id).first()
+    if pathway is None:
+        raise NotFound(f"pathway {pathway_id} does not exist")
+    if not updated:
+        raise Conflict(f"pathway {pathway_id} is demoted ({pathway.demotion_reason}); it cannot be reused")
+    record(action, actor=actor, target=pathway, payload={"hit_count": pathway.hit_count})
+    return pathway

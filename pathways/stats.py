@@ -1,0 +1,51 @@
+"""Library statistics for operators: counts only (no refs, no text)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Q
+
+from pathways.models import Pathway, maturity
+
+TOP_HITS = 5
+
+
+def pathway_stats() -> dict[str, Any]:
+    totals = Pathway.objects.aggregate(
+        total=Count("id"),
+        active=Count("id", filter=Q(demoted_at__isnull=True)),
+        embedded=Count("id", filter=Q(embedding_model__gt="")),
+        demoted=Count("id", filter=Q(demoted_at__isnull=False)),
+    )
+    by_model = dict(
+        Pathway.objects.filter(embedding_model__gt="").values_list("embedding_model").annotate(n=Count("id")).order_by()
+    )
+    per_type = Pathway.objects.counts_by_trigger_type()
+    by_trigger_type = {kind: counts["active"] for kind, counts in sorted(per_type.items())}
+    maturity_by_trigger_type = {
+        kind: maturity(counts["active"], counts["high_hit"]) for kind, counts in sorted(per_type.items())
+    }
+    demoted_by_reason = dict(
+        Pathway.objects.filter(demoted_at__isnull=False)
+        .values_list("demotion_reason")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    top_hits = [
+        {"id": pk, "trigger_type": kind, "hit_count": hits}
+        for pk, kind, hits in Pathway.objects.active()
+        .filter(hit_count__gt=0)
+        .order_by("-hit_count", "created_at")
+        .values_list("id", "trigger_type", "hit_count")[:TOP_HITS]
+    ]
+    return {
+        "total": totals["total"],
+        "active": totals["active"],
+        "embedded": totals["embedded"],
+        "by_model": by_model,
+        "by_trigger_type": by_trigger_type,
+        "maturity_by_trigger_type": maturity_by_trigger_type,
+        "demoted": {"total": totals["demoted"], "by_reason": demoted_by_reason},
+        "top_hits": top_hits,
+    }

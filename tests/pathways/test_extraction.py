@@ -1,0 +1,282 @@
+"""Pathway extraction at flow close: who qualifies, what is stored, what is audited."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, transaction
+from rest_framework.test import APIClient
+
+from audit.models import AuditEvent
+from config.errors import NotFound
+from pathways import services
+from pathways.models import Pathway
+from pathways.services import extract_after_close, extract_pathway
+from reasoning.models import ReasoningFlow
+
+pytestmark = pytest.mark.django_db
+
+FLOWS_URL = "/api/reasoning/flows"
+TRIGGER = {"trigger_type": "user_question", "trigger_ref": "benchmark/run-7/case-3", "agent": "orchestrator"}
+COMPLETE = {"flow_state": "completed", "outcome_type": "claim_created", "outcome_summary": "Created a claim"}
+ABORT = {"flow_state": "aborted", "abort_reason": "tool_error"}
+
+
+def step(
+    confidence: float | None, *, kind: str = "retrieval", agent: str = "researcher", summary: str = ""
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"kind": kind, "agent": agent, "summary_text": summary or "Looked up the guideline"}
+    if confidence is not None:
+        body["confidence"] = confidence
+    return body
+
+
+def open_flow_with_steps(agent: APIClient, steps: list[dict[str, Any]]) -> str:
+    response = agent.post(FLOWS_URL, TRIGGER, format="json")
+    assert response.status_code == 201, response.content
+    flow_id: str = response.json()["id"]
+    for body in steps:
+        added = agent.post(f"{FLOWS_URL}/{flow_id}/steps", body, format="json")
+        assert added.status_code == 201, added.content
+    return flow_id
+
+
+def close(agent: APIClient, flow_id: str, capture: Any, body: dict[str, Any] | None = None) -> None:
+    """PATCH the flow closed and run its after-commit callbacks (the flow_closed signal)."""
+    with capture(execute=True):
+        response = agent.patch(f"{FLOWS_URL}/{flow_id}", body or COMPLETE, format="json")
+    assert response.status_code == 200, response.content
+
+
+def events(action: str) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(action=action).order_by("id"))
+
+
+# --- Qualification ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lowest", [0.9, 0.95])
+def test_flow_whose_weakest_step_is_at_least_0_9_becomes_a_pathway(
+    agent: APIClient, django_capture_on_commit_callbacks: Any, lowest: float
+) -> None:
+    flow_id = open_flow_with_steps(agent, [step(0.99), step(lowest)])
+
+    close(agent, flow_id, django_capture_on_commit_callbacks)
+
+    pathway = Pathway.objects.get(seed_flow_id=flow_id)
+    assert pathway.confidence == pytest.approx(lowest)
+    assert events("reasoning.pathway.skipped") == []
+
+
+@pytest.mark.parametrize("outcome_type", ["claim_created", "recommendation_delivered"])
+def test_both_reusable_outcome_types_qualify(
+    agent: APIClient, django_capture_on_commit_callbacks: Any, outcome_type: str
+) -> None:
+    flow_id = open_flow_with_steps(agent, [step(0.95)])
+
+    close(agent, flow_id, django_capture_on_commit_callbacks, {**COMPLETE, "outcome_type": outcome_type})
+
+    assert Pathway.objects.filter(seed_flow_id=flow_id).exists()
+
+
+@pytest.mark.parametrize(
+    ("steps", "close_body", "expected"),
+    [
+        pytest.param([step(0.95), step(0.8999)], COMPLETE, "low_confidence", id="low_confidence"),
+        pytest.param(
+            [step(0.95)],
+            {**COMPLETE, "outcome_type": "claim_rejected"},
+            "outcome_type_not_reusable",
+            id="outcome_type_not_reusable",
+        ),
+        pytest.param(
+            [step(0.95), step(0.95, summary="Reviewed metformin 500mg")],
+            COMPLETE,
+            "summary_not_patient_safe",
+            id="summary_not_patient_safe",
+        ),
+        pytest.param([step(0.95)], ABORT, "not_completed", id="not_completed"),
+        pytest.param([step(None), step(None)], COMPLETE, "no_step_confidence", id="no_step_confidence"),
+        pytest.param([], COMPLETE, "no_step_confidence", id="no_steps_at_all"),
+    ],
+)
+def test_disqualified_flow_is_skipped_with_the_disqualifier_audited(
+    agent: APIClient,
+    django_capture_on_commit_callbacks: Any,
+    steps: list[dict[str, Any]],
+    close_body: dict[str, Any],
+    expected: str,
+) -> None:
+    flow_id = open_flow_with_steps(agent, steps)
+
+    close(agent, flow_id, django_capture_on_commit_callbacks, close_body)
+
+    assert not Pathway.objects.exists()
+    skipped = events("reasoning.pathway.skipped")
+    assert len(skipped) == 1
+    assert skipped[0].payload == {"disqualifier": expected}
+    assert (skipped[0].target_type, skipped[0].target_id) == ("reasoning.reasoningflow", flow_id)
+    assert skipped[0].actor == "system:pathway_extractor"
+    assert events("reasoning.pathway.extracted") == []
+
+
+# --- What a pathway holds ---------------------------------------------------------------
+
+
+def test_extracted_pathway_keeps_step_kinds_in_order_and_agents_sorted_unique(
+    agent: APIClient, django_capture_on_commit_callbacks: Any
+) -> None:
+    flow_id = open_flow_with_steps(
+        agent,
+        [
+            step(0.97, kind="retrieval", agent="researcher"),
+            step(0.93, kind="llm_prompt", agent="clinician"),
+            step(0.91, kind="retrieval", agent="researcher"),
+            step(0.99, kind="verdict", agent="arbiter"),
+        ],
+    )
+
+    close(agent, flow_id, django_capture_on_commit_callbacks)
+
+    pathway = Pathway.objects.get()
+    flow = ReasoningFlow.objects.get(pk=flow_id)
+    assert pathway.step_kinds == ["retrieval", "llm_prompt", "retrieval", "verdict"]
+    assert pathway.agents == ["arbiter", "clinician", "researcher"]
+    assert pathway.confidence == flow.outcome_confidence == pytest.approx(0.91)
+    assert pathway.seed_flow_id == flow.pk
+    assert (pathway.trigger_type, pathway.trigger_ref) == ("user_question", "benchmark/run-7/case-3")
+    # A new pathway starts cold, un-embedded and active.
+    assert (pathway.hit_count, pathway.last_hit_at, pathway.embedding, pathway.embedding_model) == (0, None, None, "")
+    assert (pathway.demoted_at, pathway.demotion_reason) == (None, "")
+
+
+def test_extraction_is_audited_with_counts_and_labels_only(
+    agent: APIClient, django_capture_on_commit_callbacks: Any
+) -> None:
+    flow_id = open_flow_with_steps(agent, [step(0.95), step(0.92, kind="verdict")])
+
+    close(agent, flow_id, django_capture_on_commit_callbacks)
+
+    pathway = Pathway.objects.get()
+    (event,) = events("reasoning.pathway.extracted")
+    assert (event.target_type, event.target_id) == ("pathways.pathway", str(pathway.pk))
+    assert event.actor == "system:pathway_extractor"
+    assert event.payload == {"flow_id": flow_id, "trigger_type": "user_question", "step_count": 2}
+    assert events("reasoning.pathway.skipped") == []
+
+
+def test_extraction_waits_for_the_close_to_commit(agent: APIClient, django_capture_on_commit_callbacks: Any) -> None:
+    flow_id = open_flow_with_steps(agent, [step(0.95)])
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = agent.patch(f"{FLOWS_URL}/{flow_id}", COMPLETE, format="json")
+    assert response.status_code == 200
+    assert not Pathway.objects.exists()  # not committed yet: nothing extracted
+
+    for callback in callbacks:
+        callback()
+    assert Pathway.objects.filter(seed_flow_id=flow_id).count() == 1
+
+
+# --- Idempotence ------------------------------------------------------------------------
+
+
+def test_extracting_the_same_flow_twice_keeps_one_pathway_and_one_event(
+    agent: APIClient, django_capture_on_commit_callbacks: Any
+) -> None:
+    flow_id = open_flow_with_steps(agent, [step(0.95)])
+    close(agent, flow_id, django_capture_on_commit_callbacks)
+    first = Pathway.objects.get()
+
+    again = extract_pathway(uuid.UUID(flow_id))
+    third = extract_pathway(uuid.UUID(flow_id))
+
+    assert again is not None and third is not None
+    assert again.pk == third.pk == first.pk
+    assert Pathway.objects.count() == 1
+    assert len(events("reasoning.pathway.extracted")) == 1
+
+
+def test_database_refuses_a_second_pathway_for_the_same_flow(
+    agent: APIClient, django_capture_on_commit_callbacks: Any
+) -> None:
+    flow_id = open_flow_with_steps(agent, [step(0.95)])
+    close(agent, flow_id, django_capture_on_commit_callbacks)
+    pathway = Pathway.objects.get()
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Pathway.objects.create(trigger_type="user_question", seed_flow_id=pathway.seed_flow_id, confidence=0.95)
+
+
+def test_extracting_an_unknown_flow_is_not_found() -> None:
+    with pytest.raises(NotFound):
+        extract_pathway(uuid.uuid4())
+
+
+# --- Failures never fail the close ------------------------------------------------------
+
+
+def boom(flow_id: uuid.UUID, **kwargs: Any) -> Pathway | None:
+    raise RuntimeError("extractor exploded")
+
+
+def test_receiver_swallows_and_logs_an_extraction_failure(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(services, "extract_pathway", boom)
+    flow_id = uuid.uuid4()
+
+    with caplog.at_level(logging.ERROR, logger="pathways.services"):
+        extract_after_close(ReasoningFlow, flow_id=flow_id, flow_state="completed")
+
+    messages = [r.getMessage() for r in caplog.records if r.name == "pathways.services"]
+    assert messages == [f"pathway extraction failed for flow {flow_id}"]
+
+
+def test_failed_extraction_does_not_fail_the_close(
+    agent: APIClient,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    flow_id = open_flow_with_steps(agent, [step(0.95)])
+    monkeypatch.setattr(services, "extract_pathway", boom)
+
+    with caplog.at_level(logging.ERROR), django_capture_on_commit_callbacks(execute=True):
+        response = agent.patch(f"{FLOWS_URL}/{flow_id}", COMPLETE, format="json")
+
+    assert response.status_code == 200
+    assert ReasoningFlow.objects.get(pk=flow_id).flow_state == ReasoningFlow.State.COMPLETED
+    assert len(events("reasoning.flow.completed")) == 1
+    assert not Pathway.objects.exists()
+    assert any(r.name == "pathways.services" and flow_id in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_failed_extraction_after_a_real_commit_still_answers_200(
+    agent: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Real commits: the after-commit signal runs inside the PATCH request itself.
+    flow_id = open_flow_with_steps(agent, [step(0.95)])
+    monkeypatch.setattr(services, "extract_pathway", boom)
+
+    response = agent.patch(f"{FLOWS_URL}/{flow_id}", COMPLETE, format="json")
+
+    assert response.status_code == 200, response.content
+    assert response.json()["flow_state"] == "completed"
+    assert ReasoningFlow.objects.get(pk=flow_id).flow_state == ReasoningFlow.State.COMPLETED
+    assert not Pathway.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_real_commit_extracts_the_pathway_during_the_close_request(agent: APIClient) -> None:
+    flow_id = open_flow_with_steps(agent, [step(0.95)])
+
+    response = agent.patch(f"{FLOWS_URL}/{flow_id}", COMPLETE, format="json")
+
+    assert response.status_code == 200
+    assert Pathway.objects.filter(seed_flow_id=flow_id).count() == 1
+    assert len(events("reasoning.pathway.extracted")) == 1
