@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from audit.actions import Action
@@ -48,7 +49,7 @@ def decay_pathways(now: datetime | None = None) -> dict[str, int]:
     try:
         for reason, candidates in rules:
             while ids := list(candidates.values_list("pk", flat=True)[:500]):
-                counts[str(reason)] += _demote(ids, reason, now)
+                counts[str(reason)] += _demote(candidates, ids, reason, now)
     except Exception as exc:
         with transaction.atomic():
             record(
@@ -63,13 +64,10 @@ def decay_pathways(now: datetime | None = None) -> dict[str, int]:
 
 
 @transaction.atomic
-def _demote(ids: Sequence[object], reason: str, now: datetime) -> int:
-    # Conditional: a row demoted (or hit) by someone else meanwhile is left alone.
-    rows = list(
-        Pathway.objects.filter(pk__in=ids, demoted_at__isnull=True).values(
-            "pk", "hit_count", "created_at", "trigger_type"
-        )
-    )
+def _demote(rule: QuerySet[Pathway], ids: Sequence[object], reason: str, now: datetime) -> int:
+    # Lock the rows and re-check the rule: a pathway reused (or demoted) by someone else
+    # since it was picked waits for that commit, then drops out here.
+    rows = list(rule.filter(pk__in=ids).select_for_update().values("pk", "hit_count", "created_at", "trigger_type"))
     Pathway.objects.filter(pk__in=[row["pk"] for row in rows]).update(demoted_at=now, demotion_reason=reason)
     for row in rows:
         record(

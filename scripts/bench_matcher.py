@@ -31,6 +31,7 @@ import hashlib
 import multiprocessing
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -338,11 +339,14 @@ def _pathway_row(i: int, library: Library, vector: np.ndarray, now: datetime, rn
 # --- The semantic query ---------------------------------------------------------------
 
 
+Statement = tuple[str, list[Any]]
+
+
 @dataclass
 class SemanticSQL:
     """The statements ``_semantic_candidates`` runs in its transaction, and how to rebind them."""
 
-    settings: list[str]  # SET LOCAL ...
+    settings: list[Statement]  # SET LOCAL / set_config(..., true): scoped to the transaction
     select: str
     params: list[Any]
     probe_literal: str
@@ -372,20 +376,44 @@ def capture_semantic_sql(client: Any) -> SemanticSQL:
     connection.ensure_connection()  # its set-up queries are not the matcher's
     with connection.execute_wrapper(spy):
         matcher._semantic_candidates(probe_type, client.model_name, vector)
-    settings = [text for text, params in statements if text.lstrip().upper().startswith("SET ") and not params]
-    selects = [(text, params) for text, params in statements if text.lstrip().upper().startswith("SELECT")]
-    if len(selects) != 1 or len(settings) + 1 != len(statements):
-        sys.exit(f"unexpected statements from _semantic_candidates: {statements!r}")
+    # The search: the one statement that gets the vector; the settings: every statement before it.
     literal = matcher._literal(vector)
-    if literal not in selects[0][1] or probe_type not in selects[0][1]:
-        sys.exit("cannot find the query vector / trigger type among the semantic query's parameters")
-    return SemanticSQL(settings, selects[0][0], selects[0][1], literal, probe_type)
+    searches = [n for n, (_, params) in enumerate(statements) if literal in params]
+    if len(searches) != 1 or searches[0] != len(statements) - 1 or probe_type not in statements[-1][1]:
+        sys.exit(f"unexpected statements from _semantic_candidates: {statements!r}")
+    select, params = statements[-1]
+    return SemanticSQL(statements[:-1], select, params, literal, probe_type)
+
+
+def with_iterative_scan(settings: list[Statement], mode: str) -> list[Statement]:
+    """``settings`` with hnsw.iterative_scan set to ``mode`` (in SET LOCAL or set_config form)."""
+    changed = []
+    for text, params in settings:
+        if "iterative_scan" in text:
+            text = re.sub(r"\b(relaxed_order|strict_order|off)\b", mode, text)
+            params = [mode if p in ("relaxed_order", "strict_order", "off") else p for p in params]
+        changed.append((text, params))
+    if not any("iterative_scan" in text for text, _ in settings):
+        changed.append((f"SET LOCAL hnsw.iterative_scan = {mode}", []))
+    return changed
+
+
+def without_iterative_scan(settings: list[Statement]) -> list[Statement]:
+    """``settings`` minus hnsw.iterative_scan, for pgvector < 0.8 (which rejects it)."""
+    kept = []
+    for text, params in settings:
+        if "iterative_scan" in text:
+            if text.lstrip().upper().startswith("SET "):
+                continue
+            text = re.sub(r",?\s*set_config\('hnsw\.iterative_scan',[^)]*\)", "", text)
+        kept.append((text, params))
+    return kept
 
 
 @dataclass
 class Variant:
     name: str
-    settings: list[str]
+    settings: list[Statement]
     latencies: list[float] = field(default_factory=list)  # SELECT only, ms
     txn_latencies: list[float] = field(default_factory=list)  # BEGIN .. COMMIT, ms
     results: list[list[tuple[Any, float]]] = field(default_factory=list)  # (id, cosine), best first
@@ -398,8 +426,8 @@ def run_variant(
     for params in tqdm(bound, desc=desc, unit="query", mininterval=1.0, leave=False, disable=None):
         t0 = time.perf_counter()
         with conn.transaction():
-            for statement in variant.settings:
-                cur.execute(statement)
+            for statement, statement_params in variant.settings:
+                cur.execute(statement, statement_params or None)
             t1 = time.perf_counter()
             cur.execute(query.select, params)
             rows = cur.fetchall()
@@ -427,18 +455,78 @@ def recall_at_k(approx: list[tuple[Any, float]], exact: list[tuple[Any, float]],
     return by_id, tie_aware
 
 
-def plans_use_hnsw(cur: psycopg.Cursor[Any], query: SemanticSQL, variant: Variant, literal: str) -> int:
+def plans_use_hnsw(cur: psycopg.Cursor[Any], query: SemanticSQL, settings: list[Statement], literal: str) -> int:
     """How many trigger types the planner answers with the HNSW index."""
     using = 0
     conn = cur.connection
     for trigger_type in TRIGGER_TYPES:
         with conn.transaction():
-            for statement in variant.settings:
-                cur.execute(statement)
+            for statement, params in settings:
+                cur.execute(statement, params or None)
             cur.execute("EXPLAIN " + query.select, query.bind(literal, trigger_type))
             plan = "\n".join(row[0] for row in cur.fetchall())
         using += HNSW_INDEX in plan
     return using
+
+
+@dataclass
+class QueryRun:
+    """One set of queries run three ways: HNSW as the matcher runs it, without iterative scan, exact."""
+
+    hnsw: Variant
+    plain: Variant
+    exact: Variant
+
+    @property
+    def recall(self) -> float:
+        return float(
+            np.mean([recall_at_k(a, e)[1] for a, e in zip(self.hnsw.results, self.exact.results, strict=True)])
+        )
+
+    @property
+    def recall_plain(self) -> float:
+        pairs = zip(self.plain.results, self.exact.results, strict=True)
+        return float(np.mean([recall_at_k(a, e)[1] for a, e in pairs]))
+
+    def report(self, query: SemanticSQL) -> None:
+        recall_ids = np.mean([recall_at_k(a, e)[0] for a, e in zip(self.hnsw.results, self.exact.results, strict=True)])
+        limit = query.params[-1] if isinstance(query.params[-1], int) else "?"
+        n = len(self.hnsw.results)
+        for label, variant in (("HNSW (iterative scan)", self.hnsw), ("exact scan", self.exact)):
+            print(
+                f"    {label + ':':<23} SELECT {describe(variant.latencies)}; "
+                f"transaction {describe(variant.txn_latencies)}"
+            )
+        print(f"    {'HNSW, iterative off:':<23} SELECT {describe(self.plain.latencies)}")
+        for label, variant, recall in (
+            (
+                "with iterative scan",
+                self.hnsw,
+                f"{self.recall:.3f} (by id only, ties counted as misses: {recall_ids:.3f})",
+            ),
+            ("WITHOUT iterative scan", self.plain, f"{self.recall_plain:.3f}"),
+        ):
+            short = sum(1 for rows in variant.results if len(rows) < K)
+            rows = np.mean([len(r) for r in variant.results])
+            print(
+                f"    recall@10 {label}: {recall}; {short}/{n} queries returned < {K} rows; "
+                f"mean rows {rows:.1f} of LIMIT {limit}",
+                flush=True,
+            )
+
+
+def measure(cur: psycopg.Cursor[Any], query: SemanticSQL, bound: Sequence[list[Any]], label: str) -> QueryRun:
+    result = QueryRun(
+        Variant("hnsw", query.settings),
+        Variant("hnsw_no_iterative", with_iterative_scan(query.settings, "off")),
+        # enable_indexscan = off rules out the HNSW index (it has no bitmap scan): the rows
+        # of the type come from a sequential or b-tree bitmap scan and are sorted exactly.
+        Variant("exact", [*query.settings, ("SET LOCAL enable_indexscan = off", [])]),
+    )
+    run_variant(cur, query, result.hnsw, bound, f"  {label}hnsw")
+    run_variant(cur, query, result.plain, bound, f"  {label}hnsw, no iterative scan")
+    run_variant(cur, query, result.exact, bound, f"  {label}exact")
+    return result
 
 
 # --- The route --------------------------------------------------------------------------
@@ -643,7 +731,7 @@ def main() -> int:
         semantic = capture_semantic_sql(client)
         django_connection.close()  # the load forks embedding workers
         if old_pgvector:
-            semantic.settings = [s for s in semantic.settings if "iterative_scan" not in s]
+            semantic.settings = without_iterative_scan(semantic.settings)
 
         library = build_library(count, rng)
         print(
@@ -654,55 +742,37 @@ def main() -> int:
         mem = args.maintenance_work_mem or f"{max(256, count * 3 // 1000)}MB"
         timings = load(bench_url, library, rng, mem)
         print(f"[3/5] semantic match SQL ({args.queries} queries), as pathways.matcher runs it:", flush=True)
-        for statement in [*semantic.settings, " ".join(semantic.select.split())]:
-            print(f"    {statement}", flush=True)
-        pairs = query_pairs(library, args.queries, rng)
+        for statement, params in [*semantic.settings, (semantic.select, [])]:
+            print(f"    {' '.join(statement.split())}" + (f"  -- {params}" if params else ""), flush=True)
         from pathways.matcher import _literal
 
+        pairs = query_pairs(library, args.queries, rng)
         literals = [_literal(v) for v in client.embed([pathway_text(t, r) for t, r in pairs])]
         bound = [semantic.bind(lit, t) for lit, (t, _) in zip(literals, pairs, strict=True)]
-        no_iterative = [
-            s.replace("relaxed_order", "off").replace("strict_order", "off") if "iterative_scan" in s else s
-            for s in semantic.settings
-        ]
-        if not any("iterative_scan" in s for s in semantic.settings) and not old_pgvector:
-            print("  NOTE: the matcher sets no hnsw.iterative_scan", flush=True)
-            no_iterative = [*semantic.settings, "SET LOCAL hnsw.iterative_scan = off"]
-        hnsw = Variant("hnsw", semantic.settings)
-        plain = Variant("hnsw_no_iterative", no_iterative)
-        exact = Variant("exact", [*semantic.settings, "SET LOCAL enable_indexscan = off"])
+        # The trap needs a filter that does not follow the vector. pathway_text() starts with
+        # the trigger type, so a type's pathways cluster together and the trigger_type filter
+        # mostly keeps the nearest neighbours anyway. Filtering on one type with the vector of
+        # another type's question breaks that correlation.
+        others = [rng.choice([u for u in TRIGGER_TYPES if u != t]) for t, _ in pairs]
+        cross_bound = [semantic.bind(lit, u) for lit, u in zip(literals, others, strict=True)]
+        if not any("iterative_scan" in text for text, _ in semantic.settings) and not old_pgvector:
+            print("  NOTE: the matcher does not set hnsw.iterative_scan", flush=True)
         with psycopg.connect(bench_url, cursor_factory=psycopg.ClientCursor) as conn, conn.cursor() as cur:
             # Client-side binding, as Django's psycopg backend does.
-            warm = Variant("warm-up", semantic.settings)
-            run_variant(cur, semantic, warm, bound[:50], "  warm-up")
-            using = plans_use_hnsw(cur, semantic, hnsw, literals[0])
+            run_variant(cur, semantic, Variant("warm-up", semantic.settings), bound[:50], "  warm-up")
+            using = plans_use_hnsw(cur, semantic, semantic.settings, literals[0])
             print(f"  the planner uses the HNSW index for {using}/{len(TRIGGER_TYPES)} trigger types", flush=True)
-            run_variant(cur, semantic, hnsw, bound, "  hnsw")
-            run_variant(cur, semantic, plain, bound, "  hnsw, no iterative scan")
-            run_variant(cur, semantic, exact, bound, "  exact")
-        recalls = [recall_at_k(a, e) for a, e in zip(hnsw.results, exact.results, strict=True)]
-        recalls_plain = [recall_at_k(a, e) for a, e in zip(plain.results, exact.results, strict=True)]
-        recall_ids = float(np.mean([r[0] for r in recalls]))
-        recall = float(np.mean([r[1] for r in recalls]))
-        recall_plain = float(np.mean([r[1] for r in recalls_plain]))
-        limit = semantic.params[-1] if isinstance(semantic.params[-1], int) else None
-        short_plain = sum(1 for rows in plain.results if len(rows) < K)
-        short_hnsw = sum(1 for rows in hnsw.results if len(rows) < K)
-        print(f"  HNSW (iterative scan): SELECT {describe(hnsw.latencies)}; transaction {describe(hnsw.txn_latencies)}")
+            main_set = measure(cur, semantic, bound, "")
+            cross_set = measure(cur, semantic, cross_bound, "cross-type ")
+        hnsw, exact = main_set.hnsw, main_set.exact
+        recall, recall_plain = main_set.recall, main_set.recall_plain
+        print("  realistic queries (trigger_type filter, the question's own vector):", flush=True)
+        main_set.report(semantic)
         print(
-            f"  exact scan:            SELECT {describe(exact.latencies)}; transaction {describe(exact.txn_latencies)}"
-        )
-        print(f"  HNSW, iterative off:   SELECT {describe(plain.latencies)}")
-        print(
-            f"  recall@10 with iterative scan: {recall:.3f} (by id only: {recall_ids:.3f}); "
-            f"{short_hnsw} queries returned < {K} rows; mean rows {np.mean([len(r) for r in hnsw.results]):.1f}"
-            + (f" of LIMIT {limit}" if limit else "")
-        )
-        print(
-            f"  recall@10 WITHOUT iterative scan: {recall_plain:.3f}; {short_plain}/{len(bound)} queries returned "
-            f"< {K} rows; mean rows {np.mean([len(r) for r in plain.results]):.1f}",
+            "  uncorrelated filter (trigger_type filter, the vector of another type's question):",
             flush=True,
         )
+        cross_set.report(semantic)
 
         print(f"[4/5] match route: gunicorn ({args.workers} workers), {args.requests} sequential requests", flush=True)
         token = create_token(env, "bench-matcher", "reasoning.admin")
@@ -742,7 +812,8 @@ def main() -> int:
         print(
             f"  p50: match {percentile(hnsw.txn_latencies, 50):.2f} ms, route {percentile(route, 50):.2f} ms; "
             f"exact-scan p95 {percentile(exact.txn_latencies, 95):.2f} ms; "
-            f"recall@10 without iterative scan {recall_plain:.3f}"
+            f"recall@10 without iterative scan {recall_plain:.3f} "
+            f"(uncorrelated filter: {cross_set.recall_plain:.3f} without, {cross_set.recall:.3f} with)"
         )
         verdicts = []
         for name, value in figures.items():

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.db import IntegrityError, transaction
+from pytest_django import DjangoCaptureOnCommitCallbacks
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
@@ -44,7 +45,9 @@ def open_flow_with_steps(agent: APIClient, steps: list[dict[str, Any]]) -> str:
     return flow_id
 
 
-def close(agent: APIClient, flow_id: str, capture: Any, body: dict[str, Any] | None = None) -> None:
+def close(
+    agent: APIClient, flow_id: str, capture: DjangoCaptureOnCommitCallbacks, body: dict[str, Any] | None = None
+) -> None:
     """PATCH the flow closed and run its after-commit callbacks (the flow_closed signal)."""
     with capture(execute=True):
         response = agent.patch(f"{FLOWS_URL}/{flow_id}", body or COMPLETE, format="json")
@@ -60,26 +63,26 @@ def events(action: str) -> list[AuditEvent]:
 
 @pytest.mark.parametrize("lowest", [0.9, 0.95])
 def test_flow_whose_weakest_step_is_at_least_0_9_becomes_a_pathway(
-    agent: APIClient, django_capture_on_commit_callbacks: Any, lowest: float
+    agent: APIClient, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks, lowest: float
 ) -> None:
     flow_id = open_flow_with_steps(agent, [step(0.99), step(lowest)])
 
     close(agent, flow_id, django_capture_on_commit_callbacks)
 
-    pathway = Pathway.objects.get(seed_flow_id=flow_id)
+    pathway = Pathway.objects.get(seed_flow_id=uuid.UUID(flow_id))
     assert pathway.confidence == pytest.approx(lowest)
     assert events("reasoning.pathway.skipped") == []
 
 
 @pytest.mark.parametrize("outcome_type", ["claim_created", "recommendation_delivered"])
 def test_both_reusable_outcome_types_qualify(
-    agent: APIClient, django_capture_on_commit_callbacks: Any, outcome_type: str
+    agent: APIClient, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks, outcome_type: str
 ) -> None:
     flow_id = open_flow_with_steps(agent, [step(0.95)])
 
     close(agent, flow_id, django_capture_on_commit_callbacks, {**COMPLETE, "outcome_type": outcome_type})
 
-    assert Pathway.objects.filter(seed_flow_id=flow_id).exists()
+    assert Pathway.objects.filter(seed_flow_id=uuid.UUID(flow_id)).exists()
 
 
 @pytest.mark.parametrize(
@@ -105,7 +108,7 @@ def test_both_reusable_outcome_types_qualify(
 )
 def test_disqualified_flow_is_skipped_with_the_disqualifier_audited(
     agent: APIClient,
-    django_capture_on_commit_callbacks: Any,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
     steps: list[dict[str, Any]],
     close_body: dict[str, Any],
     expected: str,
@@ -127,7 +130,7 @@ def test_disqualified_flow_is_skipped_with_the_disqualifier_audited(
 
 
 def test_extracted_pathway_keeps_step_kinds_in_order_and_agents_sorted_unique(
-    agent: APIClient, django_capture_on_commit_callbacks: Any
+    agent: APIClient, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
     flow_id = open_flow_with_steps(
         agent,
@@ -154,7 +157,7 @@ def test_extracted_pathway_keeps_step_kinds_in_order_and_agents_sorted_unique(
 
 
 def test_extraction_is_audited_with_counts_and_labels_only(
-    agent: APIClient, django_capture_on_commit_callbacks: Any
+    agent: APIClient, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
     flow_id = open_flow_with_steps(agent, [step(0.95), step(0.92, kind="verdict")])
 
@@ -168,7 +171,9 @@ def test_extraction_is_audited_with_counts_and_labels_only(
     assert events("reasoning.pathway.skipped") == []
 
 
-def test_extraction_waits_for_the_close_to_commit(agent: APIClient, django_capture_on_commit_callbacks: Any) -> None:
+def test_extraction_waits_for_the_close_to_commit(
+    agent: APIClient, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
+) -> None:
     flow_id = open_flow_with_steps(agent, [step(0.95)])
 
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
@@ -178,14 +183,14 @@ def test_extraction_waits_for_the_close_to_commit(agent: APIClient, django_captu
 
     for callback in callbacks:
         callback()
-    assert Pathway.objects.filter(seed_flow_id=flow_id).count() == 1
+    assert Pathway.objects.filter(seed_flow_id=uuid.UUID(flow_id)).count() == 1
 
 
 # --- Idempotence ------------------------------------------------------------------------
 
 
 def test_extracting_the_same_flow_twice_keeps_one_pathway_and_one_event(
-    agent: APIClient, django_capture_on_commit_callbacks: Any
+    agent: APIClient, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
     flow_id = open_flow_with_steps(agent, [step(0.95)])
     close(agent, flow_id, django_capture_on_commit_callbacks)
@@ -201,7 +206,7 @@ def test_extracting_the_same_flow_twice_keeps_one_pathway_and_one_event(
 
 
 def test_database_refuses_a_second_pathway_for_the_same_flow(
-    agent: APIClient, django_capture_on_commit_callbacks: Any
+    agent: APIClient, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
     flow_id = open_flow_with_steps(agent, [step(0.95)])
     close(agent, flow_id, django_capture_on_commit_callbacks)
@@ -238,7 +243,7 @@ def test_receiver_swallows_and_logs_an_extraction_failure(
 
 def test_failed_extraction_does_not_fail_the_close(
     agent: APIClient,
-    django_capture_on_commit_callbacks: Any,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -278,5 +283,5 @@ def test_real_commit_extracts_the_pathway_during_the_close_request(agent: APICli
     response = agent.patch(f"{FLOWS_URL}/{flow_id}", COMPLETE, format="json")
 
     assert response.status_code == 200
-    assert Pathway.objects.filter(seed_flow_id=flow_id).count() == 1
+    assert Pathway.objects.filter(seed_flow_id=uuid.UUID(flow_id)).count() == 1
     assert len(events("reasoning.pathway.extracted")) == 1

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pytest
@@ -16,33 +14,10 @@ from pathways.embeddings import EmbeddingError, HashBucketEmbedding, pathway_tex
 from pathways.jobs import backfill_embeddings
 from pathways.matcher import Candidate, composite_score, match, structural_score
 from pathways.models import Pathway
-from reasoning.models import ReasoningFlow
+from tests.pathways.factories import make_pathway
 
 QUERY_TYPE = "user_question"
 QUERY_REF = "benchmark/run-7/case-3"
-
-
-def make_pathway(trigger_type: str = QUERY_TYPE, trigger_ref: str = "", **fields: Any) -> Pathway:
-    """A library row seeded by a completed flow (set up directly: extraction is tested elsewhere)."""
-    flow = ReasoningFlow.objects.create(
-        trigger_type=trigger_type,
-        trigger_ref=trigger_ref,
-        trace_id=uuid.uuid4().hex,
-        request_hash="test",
-        flow_state=ReasoningFlow.State.COMPLETED,
-        outcome_type="claim_created",
-        outcome_confidence=0.95,
-        patient_safe_summary=True,
-    )
-    return Pathway.objects.create(
-        trigger_type=trigger_type,
-        trigger_ref=trigger_ref,
-        step_kinds=["retrieval", "verdict"],
-        agents=["researcher"],
-        seed_flow=flow,
-        confidence=0.95,
-        **fields,
-    )
 
 
 def cosine(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:

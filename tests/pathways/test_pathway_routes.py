@@ -6,7 +6,6 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 import time_machine
@@ -18,7 +17,7 @@ from audit.models import AuditEvent
 from pathways.embeddings import HashBucketEmbedding
 from pathways.jobs import backfill_embeddings
 from pathways.models import Pathway
-from reasoning.models import ReasoningFlow
+from tests.pathways.factories import make_pathway
 
 pytestmark = pytest.mark.django_db
 
@@ -28,29 +27,6 @@ NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
 def hit_url(pathway_id: object) -> str:
     return f"/admin/v1/reasoning/pathways/{pathway_id}/hit"
-
-
-def make_pathway(trigger_type: str = "user_question", trigger_ref: str = "", **fields: Any) -> Pathway:
-    """A library row seeded by a completed flow (set up directly: extraction is tested elsewhere)."""
-    flow = ReasoningFlow.objects.create(
-        trigger_type=trigger_type,
-        trigger_ref=trigger_ref,
-        trace_id=uuid.uuid4().hex,
-        request_hash="test",
-        flow_state=ReasoningFlow.State.COMPLETED,
-        outcome_type="claim_created",
-        outcome_confidence=0.95,
-        patient_safe_summary=True,
-    )
-    return Pathway.objects.create(
-        trigger_type=trigger_type,
-        trigger_ref=trigger_ref,
-        step_kinds=["retrieval"],
-        agents=["researcher"],
-        seed_flow=flow,
-        confidence=0.95,
-        **fields,
-    )
 
 
 def events(action: str) -> list[AuditEvent]:
@@ -102,7 +78,11 @@ def test_match_blends_in_semantics_once_the_library_is_embedded(
     response = operator.get(MATCH_URL, {"trigger_type": "user_question", "trigger_ref": "benchmark/run-7/case-3"})
 
     candidates = response.json()["candidates"]
-    assert [c["reason"] for c in candidates] == ["exact_ref+semantic", "prefix_ref+semantic", "trigger_type_only+semantic"]
+    assert [c["reason"] for c in candidates] == [
+        "exact_ref+semantic",
+        "prefix_ref+semantic",
+        "trigger_type_only+semantic",
+    ]
     assert candidates[0]["score"] == pytest.approx(1.0, abs=1e-4)
     assert candidates[0]["semantic_score"] == pytest.approx(1.0, abs=1e-4)
     assert {c["embedding_model"] for c in candidates} == {"hash_bucket_v1"}
@@ -140,7 +120,9 @@ def test_match_with_no_candidates_is_200_empty_and_audited(operator: APIClient) 
 
 
 def test_match_respects_limit(operator: APIClient, library: dict[str, Pathway]) -> None:
-    response = operator.get(MATCH_URL, {"trigger_type": "user_question", "trigger_ref": "benchmark/run-7/case-3", "limit": 1})
+    response = operator.get(
+        MATCH_URL, {"trigger_type": "user_question", "trigger_ref": "benchmark/run-7/case-3", "limit": "1"}
+    )
 
     assert [c["id"] for c in response.json()["candidates"]] == [str(library["exact"].pk)]
 
@@ -171,8 +153,9 @@ def test_match_with_a_trigger_type_that_is_not_a_label_is_400(operator: APIClien
     assert "trigger_type" in response.json()
 
 
-def test_match_with_an_overlong_trigger_ref_is_400(operator: APIClient) -> None:
-    response = operator.get(MATCH_URL, {"trigger_type": "user_question", "trigger_ref": "r" * 501})
+@pytest.mark.parametrize("trigger_ref", ["r" * 501, "case\x003"], ids=["overlong", "nul"])
+def test_match_with_a_bad_trigger_ref_is_400(operator: APIClient, trigger_ref: str) -> None:
+    response = operator.get(MATCH_URL, {"trigger_type": "user_question", "trigger_ref": trigger_ref})
 
     assert response.status_code == 400
     assert "trigger_ref" in response.json()
@@ -274,7 +257,9 @@ def test_hit_with_a_write_only_token_is_403(agent: APIClient, library: dict[str,
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_hits_are_all_counted(make_token: Callable[..., str], client_for: Callable[[str | None], APIClient]) -> None:
+def test_concurrent_hits_are_all_counted(
+    make_token: Callable[..., str], client_for: Callable[[str | None], APIClient]
+) -> None:
     # Real commits; each thread gets its own database connection (Django's are per thread).
     pathway = make_pathway(trigger_ref="benchmark/run-7")
     raw = make_token("reasoning.admin", name="operator")
