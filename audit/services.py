@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from audit.actions import Action
@@ -128,3 +130,24 @@ def _check_value(key: str, value: Any, depth: int) -> None:
         _check_payload(value, depth + 1)
         return
     raise AuditPayloadError(f"audit payload value for {key!r} has unsupported type {type(value).__name__}")
+
+
+@contextmanager
+def job_run(job: str, *, actor: str, payload: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    """Audit one run of a scheduled job: ``memory.job.<job>.started``, then ``.completed``
+    with the counts the job put in the yielded dict, or ``.error`` with those counts and
+    the exception's type (the exception propagates). Each event commits on its own, so
+    the trail shows a run that failed half-way.
+    """
+    started, completed, error = (Action(f"memory.job.{job}.{phase}") for phase in ("started", "completed", "error"))
+    with transaction.atomic():
+        record(started, actor=actor, payload=payload)
+    counts: dict[str, Any] = {}
+    try:
+        yield counts
+    except Exception as exc:
+        with transaction.atomic():
+            record(error, actor=actor, payload={**counts, "error_type": type(exc).__name__})
+        raise
+    with transaction.atomic():
+        record(completed, actor=actor, payload=counts)

@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from audit.actions import Action
-from audit.services import record
+from audit.services import job_run, record
 from pathways.embeddings import EmbeddingClient, build_embedding_client, pathway_text
 from pathways.models import Pathway
 
@@ -39,27 +39,12 @@ def decay_pathways(now: datetime | None = None) -> dict[str, int]:
         (Pathway.DemotionReason.COLD, Pathway.objects.cold(now - timedelta(days=settings.PATHWAY_COLD_DAYS))),
         (Pathway.DemotionReason.STALE, Pathway.objects.stale(now - timedelta(days=settings.PATHWAY_STALE_DAYS))),
     ]
-    with transaction.atomic():
-        record(
-            Action.JOB_PATHWAY_DECAY_STARTED,
-            actor=DECAY_ACTOR,
-            payload={"cold_days": settings.PATHWAY_COLD_DAYS, "stale_days": settings.PATHWAY_STALE_DAYS},
-        )
-    counts = {str(reason): 0 for reason, _ in rules}
-    try:
+    thresholds = {"cold_days": settings.PATHWAY_COLD_DAYS, "stale_days": settings.PATHWAY_STALE_DAYS}
+    with job_run("pathway_decay", actor=DECAY_ACTOR, payload=thresholds) as counts:
+        counts.update({str(reason): 0 for reason, _ in rules})
         for reason, candidates in rules:
             while ids := list(candidates.values_list("pk", flat=True)[:500]):
                 counts[str(reason)] += _demote(candidates, ids, reason, now)
-    except Exception as exc:
-        with transaction.atomic():
-            record(
-                Action.JOB_PATHWAY_DECAY_ERROR,
-                actor=DECAY_ACTOR,
-                payload={**counts, "error_type": type(exc).__name__},
-            )
-        raise
-    with transaction.atomic():
-        record(Action.JOB_PATHWAY_DECAY_COMPLETED, actor=DECAY_ACTOR, payload=counts)
     return counts
 
 
@@ -92,10 +77,8 @@ def backfill_embeddings(client: EmbeddingClient | None = None, *, batch_size: in
     each batch is then written in one short transaction. Returns the number embedded.
     """
     client = client or build_embedding_client()
-    with transaction.atomic():
-        record(Action.JOB_PATHWAY_BACKFILL_STARTED, actor=BACKFILL_ACTOR, payload={"model": client.model_name})
-    embedded = 0
-    try:
+    with job_run("pathway_embedding_backfill", actor=BACKFILL_ACTOR, payload={"model": client.model_name}) as counts:
+        counts.update(model=client.model_name, embedded=0)
         while batch := list(
             Pathway.objects.needing_embedding(client.model_name)
             .order_by("created_at")
@@ -105,20 +88,7 @@ def backfill_embeddings(client: EmbeddingClient | None = None, *, batch_size: in
             with transaction.atomic():
                 for (pk, _, _), vector in zip(batch, vectors, strict=True):
                     Pathway.objects.filter(pk=pk).update(embedding=vector, embedding_model=client.model_name)
-            embedded += len(batch)
-    except Exception as exc:
-        with transaction.atomic():
-            record(
-                Action.JOB_PATHWAY_BACKFILL_ERROR,
-                actor=BACKFILL_ACTOR,
-                payload={"model": client.model_name, "embedded": embedded, "error_type": type(exc).__name__},
-            )
-        raise
-    with transaction.atomic():
-        record(
-            Action.JOB_PATHWAY_BACKFILL_COMPLETED,
-            actor=BACKFILL_ACTOR,
-            payload={"model": client.model_name, "embedded": embedded},
-        )
+            counts["embedded"] += len(batch)
+    embedded: int = counts["embedded"]
     logger.info("pathway embedding backfill: %d embedded with %s", embedded, client.model_name)
     return embedded

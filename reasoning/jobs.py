@@ -9,11 +9,9 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from audit.actions import Action
-from audit.services import record
+from audit.services import job_run
 from config.errors import Conflict
 from reasoning.models import ReasoningFlow, ReasoningStep
 from reasoning.services import close_flow
@@ -44,42 +42,22 @@ def decay_stale_flows(now: datetime | None = None, *, batch_size: int = 500) -> 
     """
     now = now or timezone.now()
     cutoff = now - timedelta(hours=settings.FLOW_DECAY_HOURS)
-    with transaction.atomic():
-        record(
-            Action.JOB_FLOW_DECAY_STARTED,
-            actor=FLOW_DECAY_ACTOR,
-            payload={"threshold_hours": settings.FLOW_DECAY_HOURS},
-        )
-    aborted = skipped = 0
-    try:
-        while True:
-            ids = list(
-                ReasoningFlow.objects.stale(cutoff).order_by("created_at").values_list("pk", flat=True)[:batch_size]
-            )
-            if not ids:
-                break
+    with job_run(
+        "reasoning_flow_decay", actor=FLOW_DECAY_ACTOR, payload={"threshold_hours": settings.FLOW_DECAY_HOURS}
+    ) as counts:
+        counts.update(aborted=0, skipped=0)
+        while ids := list(
+            ReasoningFlow.objects.stale(cutoff).order_by("created_at").values_list("pk", flat=True)[:batch_size]
+        ):
             for flow_id in ids:
                 try:
                     close_flow(
                         flow_id, state=ReasoningFlow.State.ABORTED, actor=FLOW_DECAY_ACTOR, abort_reason="timeout"
                     )
-                    aborted += 1
+                    counts["aborted"] += 1
                 except Conflict:
-                    skipped += 1  # closed by its agent meanwhile
-            if len(ids) < batch_size:
-                break
-    except Exception as exc:
-        with transaction.atomic():
-            record(
-                Action.JOB_FLOW_DECAY_ERROR,
-                actor=FLOW_DECAY_ACTOR,
-                payload={"aborted": aborted, "error_type": type(exc).__name__},
-            )
-        raise
-    with transaction.atomic():
-        record(
-            Action.JOB_FLOW_DECAY_COMPLETED, actor=FLOW_DECAY_ACTOR, payload={"aborted": aborted, "skipped": skipped}
-        )
+                    counts["skipped"] += 1  # closed by its agent meanwhile
+    aborted, skipped = counts["aborted"], counts["skipped"]
     logger.info("flow decay: aborted %d stale flows (%d closed concurrently)", aborted, skipped)
     return aborted
 
@@ -95,34 +73,16 @@ def purge_reasoning_content(now: datetime | None = None, *, batch_size: int = 10
     now = now or timezone.now()
     days = settings.REASONING_CONTENT_RETENTION_DAYS
     cutoff = now - timedelta(days=days)
-    with transaction.atomic():
-        record(Action.JOB_REASONING_CONTENT_RETENTION_STARTED, actor=RETENTION_ACTOR, payload={"retention_days": days})
-    purged = 0
-    try:
-        while True:
-            with transaction.atomic():
-                ids = list(
-                    ReasoningStep.objects.filter(reasoning_content__isnull=False, created_at__lt=cutoff)
-                    .order_by("created_at")
-                    .values_list("pk", flat=True)[:batch_size]
-                )
-                if not ids:
-                    break
-                count = ReasoningStep.objects.filter(pk__in=ids).update(
-                    reasoning_content=None, reasoning_content_purged_at=now
-                )
-                purged += count
-            if len(ids) < batch_size:
-                break
-    except Exception as exc:
-        with transaction.atomic():
-            record(
-                Action.JOB_REASONING_CONTENT_RETENTION_ERROR,
-                actor=RETENTION_ACTOR,
-                payload={"purged": purged, "error_type": type(exc).__name__},
+    with job_run("reasoning_content_retention", actor=RETENTION_ACTOR, payload={"retention_days": days}) as counts:
+        counts["purged"] = 0
+        while ids := list(
+            ReasoningStep.objects.filter(reasoning_content__isnull=False, created_at__lt=cutoff)
+            .order_by("created_at")
+            .values_list("pk", flat=True)[:batch_size]
+        ):
+            counts["purged"] += ReasoningStep.objects.filter(pk__in=ids).update(
+                reasoning_content=None, reasoning_content_purged_at=now
             )
-        raise
-    with transaction.atomic():
-        record(Action.JOB_REASONING_CONTENT_RETENTION_COMPLETED, actor=RETENTION_ACTOR, payload={"purged": purged})
+    purged = counts["purged"]
     logger.info("reasoning content retention: purged %d step(s) older than %d days", purged, days)
     return purged
