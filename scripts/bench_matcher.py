@@ -13,7 +13,8 @@
    call, SET LOCALs included -- with a random trigger type and the embedding of a random
    query text: p50/p95. For each query the exact answer (``enable_indexscan = off``, a
    sequential/bitmap scan and a sort) gives recall@10 of the HNSW top 10; the same
-   queries with ``hnsw.iterative_scan = off`` show the short-list trap.
+   queries with ``hnsw.iterative_scan = off`` show the short-list trap, also on a set
+   whose vectors ignore the trigger type (so the filter does not follow the vector).
 4. Starts gunicorn on that database and times sequential GET
    ``/admin/v1/reasoning/pathways/match`` requests (``reasoning.admin`` token); times
    ``pathways.matcher.match()`` in-process on the same queries, so the route's own
@@ -767,11 +768,21 @@ def main() -> int:
         cross_bound = [semantic.bind(lit, u) for lit, u in zip(literals, others, strict=True)]
         if not any("iterative_scan" in text for text, _ in semantic.settings) and not old_pgvector:
             print("  NOTE: the matcher does not set hnsw.iterative_scan", flush=True)
-        with psycopg.connect(bench_url, cursor_factory=psycopg.ClientCursor) as conn, conn.cursor() as cur:
-            # Client-side binding, as Django's psycopg backend does.
+        with (
+            psycopg.connect(bench_url, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn,
+            conn.cursor() as cur,
+        ):
+            # Client-side binding, as Django's psycopg backend does. Autocommit, so that each
+            # conn.transaction() is a real BEGIN .. COMMIT (not a savepoint, which would let the
+            # SET LOCALs of one query leak into the next).
             run_variant(cur, semantic, Variant("warm-up", semantic.settings), bound[:50], "  warm-up")
             using = plans_use_hnsw(cur, semantic, semantic.settings, literals[0])
-            print(f"  the planner uses the HNSW index for {using}/{len(TRIGGER_TYPES)} trigger types", flush=True)
+            row = cur.execute("SELECT current_setting('hnsw.max_scan_tuples', true)").fetchone()
+            print(
+                f"  the planner uses the HNSW index for {using}/{len(TRIGGER_TYPES)} trigger types "
+                f"(server hnsw.max_scan_tuples={row[0] if row else '?'})",
+                flush=True,
+            )
             main_set = measure(cur, semantic, bound, "")
             neutral_set = measure(cur, semantic, neutral_bound, "type-neutral ")
             cross_set = measure(cur, semantic, cross_bound, "cross-type ") if args.cross_type else None
