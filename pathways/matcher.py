@@ -23,9 +23,11 @@ import logging
 from dataclasses import dataclass
 
 from django.db import connection, transaction
+from django.db.models import Case, FloatField, When
+from pgvector.django import CosineDistance
 
 from pathways.embeddings import EmbeddingClient, EmbeddingError, build_embedding_client, pathway_text
-from pathways.models import Pathway
+from pathways.models import Pathway, parent_ref
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +55,6 @@ class Candidate:
     semantic: float | None
 
 
-def _parent(ref: str) -> str:
-    return ref.rsplit("/", 1)[0] if "/" in ref else ""
-
-
 def structural_score(query_type: str, query_ref: str, pathway_type: str, pathway_ref: str) -> tuple[float, str]:
     if query_type != pathway_type:
         return 0.0, "none"
@@ -64,7 +62,7 @@ def structural_score(query_type: str, query_ref: str, pathway_type: str, pathway
         return 1.0, "exact_ref"
     if query_ref and pathway_ref:
         a, b = query_ref.rstrip("/"), pathway_ref.rstrip("/")
-        if a.startswith(b + "/") or b.startswith(a + "/") or (_parent(a) and _parent(a) == _parent(b)):
+        if a.startswith(b + "/") or b.startswith(a + "/") or (parent_ref(a) and parent_ref(a) == parent_ref(b)):
             return 0.7, "prefix_ref"
     return 0.3, "trigger_type_only"
 
@@ -82,19 +80,12 @@ def match(trigger_type: str, trigger_ref: str, *, client: EmbeddingClient | None
         except EmbeddingError as exc:
             # A vendor outage degrades matching to structural; it does not fail the request.
             logger.warning("query embedding failed (%s); matching structurally", type(exc).__name__)
-    pathways = _structural_candidates(trigger_type, trigger_ref)
-    similarity: dict[object, float] = {}
-    if query_vector is not None and client is not None:
-        semantic = _semantic_candidates(trigger_type, client.model_name, query_vector)
-        for pathway, cosine in semantic:
+    model_name = client.model_name if (client is not None and query_vector is not None) else None
+    pathways, similarity = _structural_candidates(trigger_type, trigger_ref, model_name, query_vector)
+    if query_vector is not None and model_name is not None:
+        for pathway, cosine in _semantic_candidates(trigger_type, model_name, query_vector):
             pathways.setdefault(pathway.pk, pathway)
             similarity[pathway.pk] = cosine
-        missing = [
-            pk
-            for pk, pathway in pathways.items()
-            if pk not in similarity and pathway.embedding_model == client.model_name
-        ]
-        similarity.update(_cosines(missing, query_vector))
     ranked = []
     for pk, pathway in pathways.items():
         structural, reason = structural_score(trigger_type, trigger_ref, pathway.trigger_type, pathway.trigger_ref)
@@ -109,21 +100,44 @@ def match(trigger_type: str, trigger_ref: str, *, client: EmbeddingClient | None
     return ranked[:limit]
 
 
-def _structural_candidates(trigger_type: str, trigger_ref: str) -> dict[object, Pathway]:
-    active = Pathway.objects.active().filter(trigger_type=trigger_type).defer("embedding")
-    found: dict[object, Pathway] = {}
+# What ranking and the route need; the vector and timestamps stay in the database.
+CANDIDATE_FIELDS = ("id", "trigger_type", "trigger_ref", "hit_count", "embedding_model")
+
+
+def _structural_candidates(
+    trigger_type: str, trigger_ref: str, model_name: str | None, vector: list[float] | None
+) -> tuple[dict[object, Pathway], dict[object, float]]:
+    """Pathways related by ref or reuse, each with its cosine to ``vector`` when it has a
+    same-model embedding (computed in the same queries: no second round trip)."""
+    active = Pathway.objects.active().filter(trigger_type=trigger_type).only(*CANDIDATE_FIELDS)
+    if model_name is not None and vector is not None:
+        active = active.annotate(
+            cosine=Case(
+                When(embedding_model=model_name, embedding__isnull=False, then=1 - CosineDistance("embedding", vector)),
+                default=None,
+                output_field=FloatField(),
+            )
+        )
+    sources = [active.order_by("-hit_count")[:CANDIDATES_PER_SOURCE]]
     if trigger_ref:
         ref = trigger_ref.rstrip("/")
         parts = ref.split("/")
-        # The ref itself and its ancestors (exact lookups), then siblings and descendants
-        # (a prefix range scan), the most reused first.
         lineage = [trigger_ref] + ["/".join(parts[:n]) for n in range(1, len(parts))]
-        related = active.filter(trigger_ref__startswith=(_parent(ref) or ref) + "/").order_by("-hit_count")
-        for pathway in [*active.filter(trigger_ref__in=lineage), *related[:CANDIDATES_PER_SOURCE]]:
+        # The ref and its ancestors, its siblings, its children: all prefix_ref or better.
+        sources += [
+            active.filter(trigger_ref__in=lineage),
+            active.filter(parent_ref=parent_ref(ref)).order_by("-hit_count")[:CANDIDATES_PER_SOURCE],
+            active.filter(parent_ref=ref).order_by("-hit_count")[:CANDIDATES_PER_SOURCE],
+        ]
+    found: dict[object, Pathway] = {}
+    similarity: dict[object, float] = {}
+    for source in sources:
+        for pathway in source:
             found.setdefault(pathway.pk, pathway)
-    for pathway in active.order_by("-hit_count")[:CANDIDATES_PER_SOURCE]:
-        found.setdefault(pathway.pk, pathway)
-    return found
+            cosine = getattr(pathway, "cosine", None)
+            if cosine is not None:
+                similarity[pathway.pk] = float(cosine)
+    return found, similarity
 
 
 def _semantic_candidates(trigger_type: str, model_name: str, vector: list[float]) -> list[tuple[Pathway, float]]:
@@ -149,18 +163,6 @@ def _semantic_candidates(trigger_type: str, model_name: str, vector: list[float]
         )
     # relaxed_order may return rows slightly out of order; the caller re-sorts by score.
     return [(row, float(row.cosine)) for row in rows]  # type: ignore[attr-defined]
-
-
-def _cosines(ids: list[object], vector: list[float]) -> dict[object, float]:
-    if not ids:
-        return {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, 1 - (embedding <=> %s::vector) FROM pathways_pathway "
-            "WHERE id = ANY(%s) AND embedding IS NOT NULL",
-            [_literal(vector), ids],
-        )
-        return {row[0]: float(row[1]) for row in cursor.fetchall()}
 
 
 def _literal(vector: list[float]) -> str:

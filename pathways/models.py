@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
@@ -15,6 +16,11 @@ from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
 
 from pathways.embeddings import EMBEDDING_DIMENSIONS
+
+
+def parent_ref(ref: str) -> str:
+    ref = ref.rstrip("/")
+    return ref.rsplit("/", 1)[0] if "/" in ref else ""
 
 
 class PathwayQuerySet(models.QuerySet["Pathway"]):
@@ -63,6 +69,9 @@ class Pathway(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     trigger_type = models.CharField(max_length=100)
     trigger_ref = models.CharField(max_length=500, blank=True, default="")
+    # trigger_ref without its last path segment ("bp/visit/3" -> "bp/visit"): siblings
+    # share it, so the matcher finds prefix_ref candidates with one index range.
+    parent_ref = models.CharField(max_length=500, blank=True, default="", editable=False)
     step_kinds = ArrayField(models.CharField(max_length=64), default=list)
     agents = ArrayField(models.CharField(max_length=100), default=list)
     # One pathway per flow: extraction is idempotent.
@@ -99,6 +108,12 @@ class Pathway(models.Model):
                 opclasses=["varchar_pattern_ops", "varchar_pattern_ops"],
                 condition=Q(demoted_at__isnull=True),
             ),
+            # Structural candidates: siblings and children of a ref, most reused first.
+            models.Index(
+                fields=["trigger_type", "parent_ref", "-hit_count"],
+                name="pathways_pathway_type_parent",
+                condition=Q(demoted_at__isnull=True),
+            ),
             # Structural candidates: the most reused pathways of a trigger type.
             models.Index(
                 fields=["trigger_type", "-hit_count"],
@@ -114,3 +129,7 @@ class Pathway(models.Model):
 
     def __str__(self) -> str:
         return f"{self.trigger_type} pathway {self.id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.parent_ref = parent_ref(self.trigger_ref)  # derived, never set by hand
+        super().save(*args, **kwargs)

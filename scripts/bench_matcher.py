@@ -276,6 +276,13 @@ def load(
                         copy.write_row(_pathway_row(i, library, vectors[j], now, rng))
                     offset += len(vectors)
                     progress.update(len(vectors))
+            # COPY bypasses Pathway.save(), which derives parent_ref: same rule, in SQL.
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET parent_ref = CASE WHEN position('/' IN rtrim(trigger_ref, '/')) > 0 "
+                    "THEN regexp_replace(rtrim(trigger_ref, '/'), '/[^/]*$', '') ELSE '' END"
+                ).format(sql.Identifier(TABLE))
+            )
             timings["pathways"] = time.perf_counter() - start
             print(f"  {count:,} pathways embedded and copied in {timings['pathways']:.1f}s", flush=True)
 
@@ -630,7 +637,7 @@ def time_in_process(client: Any, pairs: Sequence[tuple[str, str]]) -> dict[str, 
         t0 = time.perf_counter()
         vector = client.embed([pathway_text(trigger_type, trigger_ref)])[0]
         t1 = time.perf_counter()
-        matcher._structural_candidates(trigger_type, trigger_ref)
+        matcher._structural_candidates(trigger_type, trigger_ref, client.model_name, vector)
         t2 = time.perf_counter()
         matcher._semantic_candidates(trigger_type, client.model_name, vector)
         t3 = time.perf_counter()
