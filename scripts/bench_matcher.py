@@ -202,6 +202,7 @@ PATHWAY_COLUMNS = [
     ("id", "uuid"),
     ("trigger_type", "varchar"),
     ("trigger_ref", "varchar"),
+    ("parent_ref", "varchar"),
     ("step_kinds", "varchar[]"),
     ("agents", "varchar[]"),
     ("seed_flow_id", "uuid"),
@@ -276,13 +277,6 @@ def load(
                         copy.write_row(_pathway_row(i, library, vectors[j], now, rng))
                     offset += len(vectors)
                     progress.update(len(vectors))
-            # COPY bypasses Pathway.save(), which derives parent_ref: same rule, in SQL.
-            conn.execute(
-                sql.SQL(
-                    "UPDATE {} SET parent_ref = CASE WHEN position('/' IN rtrim(trigger_ref, '/')) > 0 "
-                    "THEN regexp_replace(rtrim(trigger_ref, '/'), '/[^/]*$', '') ELSE '' END"
-                ).format(sql.Identifier(TABLE))
-            )
             timings["pathways"] = time.perf_counter() - start
             print(f"  {count:,} pathways embedded and copied in {timings['pathways']:.1f}s", flush=True)
 
@@ -322,6 +316,8 @@ def load(
 
 
 def _pathway_row(i: int, library: Library, vector: np.ndarray, now: datetime, rng: random.Random) -> tuple[Any, ...]:
+    from pathways.models import parent_ref  # Django is set up by main() before loading
+
     created_at = now - timedelta(seconds=rng.uniform(0, 365 * 86400))
     hits = 0 if rng.random() < 0.6 else min(200, int(rng.expovariate(0.15)) + 1)
     last_hit_at = created_at + (now - created_at) * rng.random() if hits else None
@@ -330,6 +326,7 @@ def _pathway_row(i: int, library: Library, vector: np.ndarray, now: datetime, rn
         uuid.uuid4(),
         library.types[i],
         library.refs[i],
+        parent_ref(library.refs[i]),  # COPY bypasses Pathway.save(), which derives it
         STEP_KINDS[: rng.randint(1, 3)],
         [AGENTS[i % len(AGENTS)]],
         flow_id(i),
