@@ -23,6 +23,7 @@ from audit.admin import ServiceAdmin
 from config.errors import Conflict
 from reasoning import services
 from reasoning.models import ApiToken, ReasoningFlow, ReasoningStep
+from reasoning.serializers import FLOW_FIELDS
 
 ENCRYPTED_STEP_FIELDS = ("inputs_pii", "outputs_pii", "reasoning_content")
 
@@ -48,6 +49,10 @@ class StepInline(admin.TabularInline):
         return False
 
 
+# The API's flow fields, with the patient as a link instead of a bare id.
+FLOW_ADMIN_FIELDS = tuple("patient" if name == "patient_id" else name for name in FLOW_FIELDS)
+
+
 @admin.register(ReasoningFlow)
 class ReasoningFlowAdmin(admin.ModelAdmin):
     list_display = (
@@ -64,27 +69,8 @@ class ReasoningFlowAdmin(admin.ModelAdmin):
     search_fields = ("id", "trace_id")
     search_help_text = "Exact flow id or trace id."
     ordering = ("-created_at",)
-    fields = (
-        "id",
-        "trigger_type",
-        "trigger_ref",
-        "trigger_summary",
-        "trace_id",
-        "session_id",
-        "agent",
-        "patient",
-        "flow_state",
-        "step_count",
-        "outcome_type",
-        "outcome_summary",
-        "outcome_confidence",
-        "abort_reason",
-        "patient_safe_summary",
-        "summary_guard_rule",
-        "created_at",
-        "closed_at",
-    )
-    readonly_fields = fields
+    fields = FLOW_ADMIN_FIELDS
+    readonly_fields = FLOW_ADMIN_FIELDS
     inlines = (StepInline,)
 
     def get_search_results(
