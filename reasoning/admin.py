@@ -19,7 +19,7 @@ from django.contrib.auth import get_permission_codename
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 
-from audit.admin import ServiceAdmin
+from audit.admin import ReadOnlyAdmin, ServiceAdmin
 from config.errors import Conflict
 from reasoning import services
 from reasoning.models import ApiToken, ReasoningFlow, ReasoningStep
@@ -54,7 +54,7 @@ FLOW_ADMIN_FIELDS = tuple("patient" if name == "patient_id" else name for name i
 
 
 @admin.register(ReasoningFlow)
-class ReasoningFlowAdmin(admin.ModelAdmin):
+class ReasoningFlowAdmin(ReadOnlyAdmin):
     list_display = (
         "id",
         "trigger_type",
@@ -98,15 +98,6 @@ class ReasoningFlowAdmin(admin.ModelAdmin):
         if request.method == "GET" and response.status_code == 200:
             services.read_flow_for_admin(uuid.UUID(unquote(object_id)), actor=ServiceAdmin.actor(request))
         return response
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class ApiTokenAddForm(forms.ModelForm):
