@@ -54,6 +54,15 @@ class Action(StrEnum):
     CLAIM_REVIEW_MARKED = "reasoning.claims_pending_review.marked"
     CLAIM_REVIEW_RESOLVED = "reasoning.claims_pending_review.resolved"
     ADMIN_CLAIM_REVIEW_LISTED = "admin.reasoning.claims_pending_review.listed"
+    JOB_BACKLOG_STALE_SWEEP_STARTED = "memory.job.backlog_stale_sweep.started"
+    JOB_BACKLOG_STALE_SWEEP_COMPLETED = "memory.job.backlog_stale_sweep.completed"
+    JOB_BACKLOG_STALE_SWEEP_ERROR = "memory.job.backlog_stale_sweep.error"
+    JOB_BACKLOG_TTL_PURGE_STARTED = "memory.job.backlog_ttl_purge.started"
+    JOB_BACKLOG_TTL_PURGE_COMPLETED = "memory.job.backlog_ttl_purge.completed"
+    JOB_BACKLOG_TTL_PURGE_ERROR = "memory.job.backlog_ttl_purge.error"
+    JOB_BACKLOG_CONSUMER_STARTED = "memory.job.backlog_consumer.started"
+    JOB_BACKLOG_CONSUMER_COMPLETED = "memory.job.backlog_consumer.completed"
+    JOB_BACKLOG_CONSUMER_ERROR = "memory.job.backlog_consumer.error"
 
     # Patients and consent
     PATIENT_CREATED = "patient.created"

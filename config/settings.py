@@ -13,7 +13,7 @@ import dj_database_url
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_str
+from config.env import env_bool, env_choice, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("RFT_DATA_DIR") or BASE_DIR / ".data")
@@ -214,6 +214,36 @@ FLOW_DECAY_HOURS = env_int("FLOW_DECAY_HOURS", 24, minimum=1)
 PATHWAY_EMBEDDING_MODEL = env_str("PATHWAY_EMBEDDING_MODEL") or "hash_bucket_v1"
 PATHWAY_COLD_DAYS = env_int("PATHWAY_COLD_DAYS", 30, minimum=1)
 PATHWAY_STALE_DAYS = env_int("PATHWAY_STALE_DAYS", 90, minimum=1)
+# The self-improvement loop (research_backlog). Producers run at flow close, default off.
+RESEARCH_AUTO_ENQUEUE_ENABLED = env_bool("RESEARCH_AUTO_ENQUEUE_ENABLED", default=False)
+CRITIC_AUTO_ENQUEUE_ENABLED = env_bool("CRITIC_AUTO_ENQUEUE_ENABLED", default=False)
+CRITIC_DISPATCH_STRATEGY = env_choice("CRITIC_DISPATCH_STRATEGY", ["mark_for_review", "re_research"], "mark_for_review")
+# The consumer drains the backlog every minute, at most BACKLOG_CONSUMER_BATCH rows a run.
+BACKLOG_CONSUMER_ENABLED = env_bool("BACKLOG_CONSUMER_ENABLED", default=False)
+BACKLOG_CONSUMER_BATCH = env_int("BACKLOG_CONSUMER_BATCH", 10, minimum=1)
+# Dispatched rows older than this go back to pending, up to BACKLOG_MAX_RETRIES times.
+BACKLOG_STALE_MINUTES = env_int("BACKLOG_STALE_MINUTES", 30, minimum=1)
+BACKLOG_MAX_RETRIES = env_int("BACKLOG_MAX_RETRIES", 3, minimum=0)
+# Completed and failed rows are deleted this many days after completed_at.
+BACKLOG_TTL_DAYS = env_int("BACKLOG_TTL_DAYS", 30, minimum=1)
+# The research dispatcher webhook (research_backlog.dispatcher); unset: none configured.
+RESEARCH_DISPATCHER_URL = env_str("RESEARCH_DISPATCHER_URL") or ""
+RESEARCH_DISPATCHER_SECRET = env_str("RESEARCH_DISPATCHER_SECRET") or ""
+RESEARCH_DISPATCHER_TIMEOUT_S = env_int("RESEARCH_DISPATCHER_TIMEOUT_S", 30, minimum=1)
+RESEARCH_DISPATCHER_MAX_ATTEMPTS = env_int("RESEARCH_DISPATCHER_MAX_ATTEMPTS", 3, minimum=1)
+if RESEARCH_DISPATCHER_URL:
+    from urllib.parse import urlsplit
+
+    if (
+        urlsplit(RESEARCH_DISPATCHER_URL).scheme not in ("http", "https")
+        or not urlsplit(RESEARCH_DISPATCHER_URL).netloc
+    ):
+        raise ImproperlyConfigured(f"RESEARCH_DISPATCHER_URL must be an http(s) URL, got {RESEARCH_DISPATCHER_URL!r}")
+    if len(RESEARCH_DISPATCHER_SECRET) < 32:
+        raise ImproperlyConfigured(
+            "RESEARCH_DISPATCHER_SECRET must be set (at least 32 characters) when RESEARCH_DISPATCHER_URL is set: "
+            "every dispatch is signed with it"
+        )
 # Raw chain-of-thought is deleted this many days after its step was written.
 REASONING_CONTENT_RETENTION_DAYS = env_int("REASONING_CONTENT_RETENTION_DAYS", 30, minimum=1)
 

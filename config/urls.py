@@ -12,6 +12,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("reasoning.urls")),
     path("", include("pathways.urls")),
+    path("", include("research_backlog.urls")),
     path("", include("reasoning.page_urls")),
     path("", include("patients.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),

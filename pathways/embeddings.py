@@ -23,16 +23,13 @@ The clients do network or CPU-heavy I/O: call them outside database transactions
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import importlib.metadata
 import logging
 import os
-import random
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -44,6 +41,7 @@ from django.core.exceptions import ImproperlyConfigured
 from numpy.typing import NDArray
 
 from config.env import env_str
+from config.http import RetriesExhausted, RetryPolicy, RetryWaitTooLong
 
 logger = logging.getLogger(__name__)
 
@@ -180,15 +178,15 @@ class _VendorEmbedding:
     ) -> None:
         if not api_key:
             raise ValueError("api_key is required")
-        if max_attempts < 1:
-            raise ValueError("max_attempts must be >= 1")
         self._url = f"{(base_url or self.default_base_url).rstrip('/')}/embeddings"
         self._http = httpx.Client(timeout=timeout, headers={"Authorization": f"Bearer {api_key}"})
-        self._max_attempts = max_attempts
-        self._backoff_base = backoff_base
-        self._max_retry_wait = max_retry_wait
-        self._sleep = sleep
-        self._jitter = random.Random()
+        self._retry = RetryPolicy(
+            f"{self.vendor} embeddings",
+            max_attempts=max_attempts,
+            backoff_base=backoff_base,
+            max_retry_wait=max_retry_wait,
+            sleep=sleep,
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -205,43 +203,24 @@ class _VendorEmbedding:
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         payload = self._payload(texts)
-        failure = ""
-        for attempt in range(1, self._max_attempts + 1):
-            retry_after: float | None = None
-            try:
-                response = self._http.post(self._url, json=payload)
-            except httpx.TransportError as exc:
-                # str(exc) is the socket-level reason; the request (and its texts) is not attached.
-                failure = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.is_success:
-                    return self._parse(response, len(texts))
-                failure = f"HTTP {response.status_code}: {_vendor_message(response, texts)}"
-                if response.status_code != 429 and response.status_code < 500:
-                    raise EmbeddingError(f"{self.vendor} embeddings rejected the request: {failure}")
-                retry_after = _retry_after_seconds(response)
-            if attempt == self._max_attempts:
-                break
-            delay = retry_after if retry_after is not None else self._backoff(attempt)
-            if delay > self._max_retry_wait:
-                raise EmbeddingError(
-                    f"{self.vendor} embeddings: vendor asked to wait {delay:.0f}s "
-                    f"(more than {self._max_retry_wait:.0f}s); giving up: {failure}"
-                )
-            logger.warning(
-                "%s embeddings attempt %d/%d failed (%s); retrying in %.2fs",
-                self.vendor,
-                attempt,
-                self._max_attempts,
-                failure,
-                delay,
+        try:
+            response = self._retry.send(
+                lambda: self._http.post(self._url, json=payload),
+                describe=lambda failed: _vendor_message(failed, texts),
             )
-            self._sleep(delay)
-        raise EmbeddingError(f"{self.vendor} embeddings failed after {self._max_attempts} attempts: {failure}")
-
-    def _backoff(self, attempt: int) -> float:
-        ceiling = self._backoff_base * 2 ** (attempt - 1)
-        return ceiling / 2 + self._jitter.uniform(0, ceiling / 2)
+        except RetryWaitTooLong as exc:
+            raise EmbeddingError(
+                f"{self.vendor} embeddings: vendor asked to wait {exc.delay:.0f}s "
+                f"(more than {self._retry.max_retry_wait:.0f}s); giving up: {exc.failure}"
+            ) from None
+        except RetriesExhausted as exc:
+            raise EmbeddingError(
+                f"{self.vendor} embeddings failed after {self._retry.max_attempts} attempts: {exc.failure}"
+            ) from None
+        if not response.is_success:
+            failure = f"HTTP {response.status_code}: {_vendor_message(response, texts)}"
+            raise EmbeddingError(f"{self.vendor} embeddings rejected the request: {failure}")
+        return self._parse(response, len(texts))
 
     def _parse(self, response: httpx.Response, count: int) -> list[list[float]]:
         try:
@@ -282,24 +261,6 @@ def _vendor_message(response: httpx.Response, texts: Sequence[str]) -> str:
     if any(len(text.strip()) >= _QUOTE_MIN_LENGTH and text.strip() in message for text in texts):
         return "(vendor message withheld: it quotes the input)"
     return message
-
-
-def _retry_after_seconds(response: httpx.Response) -> float | None:
-    """``Retry-After`` as seconds: a number, or an HTTP date."""
-    raw = response.headers.get("Retry-After")
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 class OpenAIEmbedding(_VendorEmbedding):

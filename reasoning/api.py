@@ -159,6 +159,7 @@ class FlowDetailView(APIView):
             outcome_type=data.get("outcome_type", ""),
             outcome_summary=data.get("outcome_summary", ""),
             abort_reason=data.get("abort_reason", ""),
+            outcome_metrics=data.get("outcome_metrics") or {},
         )
         return Response(flow_representation(flow))
 

@@ -48,6 +48,11 @@ class ReasoningFlow(models.Model):
     outcome_summary = models.CharField(max_length=280, blank=True, default="")
     outcome_confidence = models.FloatField(null=True, blank=True)
     abort_reason = models.CharField(max_length=200, blank=True, default="")
+    # What the agent measured about its result (composite_k, evidence_hits, verdict, ...):
+    # read by the research-backlog producers at close. Labels and numbers only.
+    outcome_metrics = models.JSONField(default=dict, blank=True)
+    # The loop-break marker: a flow run on behalf of a backlog request never enqueues more work.
+    dispatched_from_backlog = models.BooleanField(default=False)
     # Set at close by the summary guard: True only when the trigger, outcome and every
     # step summary passed. summary_guard_rule names the first rule that fired (never text).
     patient_safe_summary = models.BooleanField(null=True, blank=True)

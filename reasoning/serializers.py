@@ -50,6 +50,15 @@ class StrictUUIDField(serializers.UUIDField):
         return super().to_internal_value(data)
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """``true`` or ``false``: DRF would quietly accept "yes", "on", 1 and 0."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
 class StrictSerializer(serializers.Serializer[Any]):
     """Rejects fields it does not know, naming them, instead of silently dropping them."""
 
@@ -115,6 +124,11 @@ class FlowCreateSerializer(StrictSerializer):
     session_id = StrictCharField(max_length=100, required=False, allow_blank=True)
     agent = label_field(required=False, allow_blank=True)
     patient_id = StrictUUIDField(required=False, allow_null=True, help_text="Opaque patient id.")
+    dispatched_from_backlog = StrictBooleanField(
+        required=False,
+        help_text="Set by a research dispatcher running a backlog request: the flow's close never enqueues "
+        "follow-up research (the loop-break marker).",
+    )
 
 
 class StepCreateSerializer(StrictSerializer):
@@ -167,6 +181,22 @@ class StepBatchSerializer(StrictSerializer):
     )
 
 
+class OutcomeMetricsSerializer(StrictSerializer):
+    """What the agent measured about its result; the research-backlog producers read these."""
+
+    composite_k = serializers.FloatField(
+        min_value=0.0, max_value=1.0, required=False, allow_null=True, help_text="Researcher evidence strength."
+    )
+    evidence_hits = serializers.IntegerField(
+        min_value=0, max_value=1_000_000, required=False, allow_null=True, help_text="Researcher evidence count."
+    )
+    verdict = label_field(max_length=64, required=False, help_text="Critic verdict, e.g. `promote` or `reject`.")
+    claim_id = StrictCharField(max_length=200, required=False, help_text="Opaque id of the claim judged.")
+    rejection_reason = label_field(
+        max_length=100, required=False, help_text="Why the Critic rejected, as a label (`contradicted_by_source`)."
+    )
+
+
 class FlowCloseSerializer(StrictSerializer):
     flow_state = serializers.ChoiceField(
         choices=[ReasoningFlow.State.COMPLETED.value, ReasoningFlow.State.ABORTED.value]
@@ -176,6 +206,7 @@ class FlowCloseSerializer(StrictSerializer):
         max_length=280, required=False, allow_blank=True, validators=[plain_text_validator]
     )
     abort_reason = StrictCharField(max_length=200, required=False, allow_blank=True)
+    outcome_metrics = OutcomeMetricsSerializer(required=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["flow_state"] == ReasoningFlow.State.COMPLETED:
@@ -226,6 +257,8 @@ FLOW_FIELDS = [
     "outcome_summary",
     "outcome_confidence",
     "abort_reason",
+    "outcome_metrics",
+    "dispatched_from_backlog",
     "patient_safe_summary",
     "summary_guard_rule",
     "created_at",

@@ -341,6 +341,7 @@ def close_flow(
     outcome_type: str = "",
     outcome_summary: str = "",
     abort_reason: str = "",
+    outcome_metrics: Mapping[str, Any] | None = None,
 ) -> ReasoningFlow:
     """Complete or abort an active flow; 409 (Conflict) when it is already closed.
 
@@ -349,7 +350,7 @@ def close_flow(
     """
     if state not in (State.COMPLETED, State.ABORTED):
         raise InvalidInput("must be 'completed' or 'aborted'", field="flow_state")
-    flow = _close(flow_id, state, actor, outcome_type, outcome_summary, abort_reason)
+    flow = _close(flow_id, state, actor, outcome_type, outcome_summary, abort_reason, dict(outcome_metrics or {}))
     metrics.record_flow_closed(
         state=flow.flow_state,
         trigger_type=flow.trigger_type,
@@ -363,7 +364,13 @@ def close_flow(
 
 @transaction.atomic(durable=True)
 def _close(
-    flow_id: uuid.UUID, state: str, actor: str, outcome_type: str, outcome_summary: str, abort_reason: str
+    flow_id: uuid.UUID,
+    state: str,
+    actor: str,
+    outcome_type: str,
+    outcome_summary: str,
+    abort_reason: str,
+    outcome_metrics: dict[str, Any],
 ) -> ReasoningFlow:
     updated = ReasoningFlow.objects.filter(pk=flow_id, flow_state=State.ACTIVE).update(
         flow_state=state,
@@ -371,6 +378,7 @@ def _close(
         outcome_type=outcome_type,
         outcome_summary=outcome_summary,
         abort_reason=abort_reason,
+        outcome_metrics=outcome_metrics,
     )
     if not updated:
         _raise_missing_or_closed(flow_id)

@@ -1,7 +1,8 @@
 """Create or update the django-q2 schedules of every app (idempotent).
 
 Each app lists its schedules in ``<app>/jobs.py`` as ``SCHEDULES``; running this twice
-leaves one schedule per name, with the current settings.
+leaves one schedule per name, with the current settings. A spec with ``"enabled": False``
+(a job switched off by its setting) has its schedule removed.
 """
 
 from __future__ import annotations
@@ -34,5 +35,9 @@ class Command(BaseCommand):
         for spec in collect_schedules():
             spec = dict(spec)
             name = spec.pop("name")
+            if not spec.pop("enabled", True):
+                removed, _ = Schedule.objects.filter(name=name).delete()
+                self.stdout.write(f"{'removed' if removed else 'skipped'} schedule {name} (disabled)")
+                continue
             _, created = Schedule.objects.update_or_create(name=name, defaults={"repeats": -1, **spec})
             self.stdout.write(f"{'created' if created else 'updated'} schedule {name} -> {spec['func']}")

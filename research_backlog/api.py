@@ -1,0 +1,287 @@
+"""Operator and dispatcher routes of the self-improvement loop (``reasoning.admin``).
+
+The dispatcher contract is two routes: ``backlog/next`` hands out one pending request
+under an exclusive claim, ``backlog/{id}/complete`` records the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.validators import RegexValidator
+from django.db import transaction
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit.actions import Action
+from audit.services import record
+from config.errors import InvalidInput
+from reasoning.api import ERRORS, parse_limit, parse_uuid
+from reasoning.auth import IsAdmin, actor_of
+from reasoning.models import ReasoningFlow
+from reasoning.serializers import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictSerializer,
+    StrictUUIDField,
+    label_field,
+)
+from research_backlog import health, services
+from research_backlog.models import ClaimReview, ResearchRequest
+
+CONFLICT = OpenApiResponse(OpenApiTypes.OBJECT, description="The row is not in a state that allows this.")
+NOT_FOUND = OpenApiResponse(OpenApiTypes.OBJECT, description="No such row.")
+MAX_PENDING_LIST = 500
+
+# Questions and notes may span lines, but carry no other control characters.
+text_validator = RegexValidator(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", "Must be text without control characters.", inverse_match=True
+)
+
+
+def request_representation(row: ResearchRequest) -> dict[str, Any]:
+    return {
+        "id": row.pk,
+        "trigger_type": row.trigger_type,
+        "trigger_ref": row.trigger_ref,
+        "question": row.question,
+        "reason": row.reason,
+        "source": row.source,
+        "requested_by": row.requested_by,
+        "status": row.status,
+        "retry_count": row.retry_count,
+        "dispatched_from_backlog": row.dispatched_from_backlog,
+        "source_flow_id": row.source_flow_id,
+        "dispatched_at": row.dispatched_at,
+        "completed_at": row.completed_at,
+        "completed_flow_id": row.completed_flow_id,
+        "failure_reason": row.failure_reason,
+        "created_at": row.created_at,
+    }
+
+
+def review_representation(entry: ClaimReview) -> dict[str, Any]:
+    return {
+        "id": entry.pk,
+        "claim_id": entry.claim_id,
+        "trigger_type": entry.trigger_type,
+        "reason": entry.reason,
+        "source": entry.source,
+        "source_flow_id": entry.source_flow_id,
+        "marked_by": entry.marked_by,
+        "status": entry.status,
+        "resolution_note": entry.resolution_note,
+        "resolved_by": entry.resolved_by,
+        "resolved_at": entry.resolved_at,
+        "created_at": entry.created_at,
+    }
+
+
+class DeeperRequestSerializer(StrictSerializer):
+    trigger_type = label_field(help_text="The trigger family the research is for, e.g. `user_question`.")
+    trigger_ref = StrictCharField(max_length=500, required=False, allow_blank=True, validators=[text_validator])
+    question = StrictCharField(
+        max_length=2000, validators=[text_validator], help_text="What to research. Stored encrypted."
+    )
+    reason = serializers.ChoiceField(
+        choices=ResearchRequest.Reason.choices, required=False, default=ResearchRequest.Reason.OPERATOR_REQUESTED
+    )
+    source = label_field(max_length=64, required=False, default="operator")  # type: ignore[assignment]
+    dispatched_from_backlog = StrictBooleanField(
+        required=False,
+        default=True,
+        help_text="The flag the dispatched run's flow carries; true (default) stops that flow enqueueing more.",
+    )
+
+
+class PullSerializer(StrictSerializer):
+    trigger_type = label_field(required=False, help_text="Only pull requests of this trigger type.")
+
+
+class CompleteSerializer(StrictSerializer):
+    flow_id = StrictUUIDField(required=False, allow_null=True, help_text="The flow the research produced.")
+    error = label_field(
+        max_length=200, required=False, allow_null=True, help_text="A label; marks the row `failed_voluntary`."
+    )
+
+
+class MarkClaimSerializer(StrictSerializer):
+    claim_id = StrictCharField(max_length=200, validators=[text_validator], help_text="Opaque id of the claim.")
+    reason = label_field(required=False, default="claim_rejected")
+    source = label_field(max_length=64, required=False, default="operator")  # type: ignore[assignment]
+    trigger_type = label_field(required=False, allow_blank=True, default="")
+    flow_id = StrictUUIDField(required=False, allow_null=True, help_text="The flow that judged the claim.")
+
+
+class ResolveClaimSerializer(StrictSerializer):
+    status = serializers.ChoiceField(choices=[ClaimReview.Status.RESOLVED.value, ClaimReview.Status.DISMISSED.value])
+    note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="", validators=[text_validator])
+
+
+def _validated(serializer_class: type[StrictSerializer], data: Any) -> dict[str, Any]:
+    body = serializer_class(data={} if data is None or data == "" else data)
+    body.is_valid(raise_exception=True)
+    return dict(body.validated_data)
+
+
+class DeeperRequestView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="research_deeper_request",
+        summary="Add a question to the research backlog",
+        description="Needs `reasoning.admin`. Creates a `pending` request (201). Audits "
+        "`reasoning.research.deeper_request_created` (labels and the question's length, never its text).",
+        request=DeeperRequestSerializer,
+        responses={201: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
+        examples=[
+            OpenApiExample(
+                "Deeper research",
+                request_only=True,
+                value={
+                    "trigger_type": "user_question",
+                    "trigger_ref": "bp-treatment",
+                    "question": "Which guideline covers blood pressure targets for adults over 80?",
+                },
+            )
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        data = _validated(DeeperRequestSerializer, request.data)
+        row, _ = services.enqueue(actor=actor_of(request), **data)
+        return Response(request_representation(row), status=status.HTTP_201_CREATED)
+
+
+class BacklogNextView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="research_backlog_next",
+        summary="Pull the oldest pending request (exclusive claim)",
+        description="Needs `reasoning.admin`. Flips the oldest `pending` row (optionally of one "
+        "`trigger_type`) to `dispatched` and returns it as `{request: {...}}`; `{request: null}` when the "
+        "queue is empty. Concurrent pullers never receive the same row (`FOR UPDATE SKIP LOCKED`). Audits "
+        "`reasoning.research.backlog.dispatched`.",
+        request=PullSerializer,
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="`{request: {...} | null}`"), **ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        data = _validated(PullSerializer, request.data)
+        row = services.pull_next(actor=actor_of(request), trigger_type=data.get("trigger_type"))
+        return Response({"request": None if row is None else request_representation(row)})
+
+
+class BacklogCompleteView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="research_backlog_complete",
+        summary="Record the result of a dispatched request",
+        description="Needs `reasoning.admin`. `{flow_id?}` marks it `completed`; `{error}` marks it "
+        "`failed_voluntary`. 404 unknown request; 400 when `flow_id` names no recorded flow; 409 unless the "
+        "row is `dispatched` (no double completion, no completion without a pull). Audits "
+        "`reasoning.research.backlog.completed` or `.failed_voluntary`.",
+        request=CompleteSerializer,
+        parameters=[OpenApiParameter("request_id", OpenApiTypes.UUID, OpenApiParameter.PATH)],
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), 404: NOT_FOUND, 409: CONFLICT, **ERRORS},
+    )
+    def post(self, request: Request, request_id: str) -> Response:
+        pk = parse_uuid(request_id, "request_id")
+        data = _validated(CompleteSerializer, request.data)
+        row = services.complete(pk, actor=actor_of(request), flow_id=data.get("flow_id"), error=data.get("error"))
+        return Response(request_representation(row))
+
+
+class BacklogStatusView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="research_backlog_status",
+        summary="Backlog observability and the loop-health verdict",
+        description="Needs `reasoning.admin`. `status_distribution`, `oldest_pending_age_seconds`, "
+        "`oldest_dispatched_age_seconds`, `retry_distribution`, `recent_failures` (last 24 h: count and the "
+        "latest 10) and `loop_health` (`critical` at oldest dispatched >= 25 min or oldest pending >= 1 h; "
+        "`warn` at oldest dispatched >= 15 min or >= 5 recent failures; else `healthy`, with the reasons). "
+        "Audits `admin.reasoning.research.backlog_read`.",
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        report = health.backlog_status()
+        with transaction.atomic():
+            record(
+                Action.ADMIN_RESEARCH_BACKLOG_READ,
+                actor=actor_of(request),
+                payload={"total": report["total"], "loop_health": report["loop_health"]["verdict"]},
+            )
+        return Response(report)
+
+
+class ClaimReviewCollectionView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="claims_pending_review_list",
+        summary="Claims waiting for a curator, and the last day's resolutions",
+        description="Needs `reasoning.admin`. `pending` (oldest first, at most `limit`), `pending_count`, and "
+        "`recent_resolutions` (the last 10 resolved or dismissed in the past 24 h). Audits "
+        "`admin.reasoning.claims_pending_review.listed`.",
+        parameters=[OpenApiParameter("limit", int, description=f"1 to {MAX_PENDING_LIST}, default 100.")],
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        limit = parse_limit(request.query_params.get("limit"), default=100, maximum=MAX_PENDING_LIST)
+        queue = health.claims_pending_review(limit=limit)
+        with transaction.atomic():
+            record(
+                Action.ADMIN_CLAIM_REVIEW_LISTED,
+                actor=actor_of(request),
+                payload={"pending_count": queue["pending_count"], "recent_count": len(queue["recent_resolutions"])},
+            )
+        return Response(
+            {
+                "pending": [review_representation(entry) for entry in queue["pending"]],
+                "pending_count": queue["pending_count"],
+                "recent_resolutions": [review_representation(entry) for entry in queue["recent_resolutions"]],
+            }
+        )
+
+    @extend_schema(
+        operation_id="claims_pending_review_mark",
+        summary="Mark a claim for human review (idempotent on claim_id)",
+        description="Needs `reasoning.admin`. 201 with the new entry; 200 with the existing entry when the "
+        "claim was already marked (whatever its status). 400 when `flow_id` names no recorded flow. Audits "
+        "`reasoning.claims_pending_review.marked` (new entries only).",
+        request=MarkClaimSerializer,
+        responses={201: OpenApiResponse(OpenApiTypes.OBJECT), 200: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        data = _validated(MarkClaimSerializer, request.data)
+        flow_id = data.pop("flow_id", None)
+        if flow_id is not None and not ReasoningFlow.objects.filter(pk=flow_id).exists():
+            raise InvalidInput("no flow with this id", field="flow_id")
+        entry, created = services.mark_claim_for_review(actor=actor_of(request), source_flow_id=flow_id, **data)
+        return Response(review_representation(entry), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class ClaimReviewDetailView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="claims_pending_review_resolve",
+        summary="Resolve or dismiss a pending claim",
+        description="Needs `reasoning.admin`. `{status: resolved|dismissed, note?}`. 404 unknown; 409 when the "
+        "entry is already resolved or dismissed. Audits `reasoning.claims_pending_review.resolved` (the note's "
+        "length, not its text; the note is stored encrypted).",
+        request=ResolveClaimSerializer,
+        parameters=[OpenApiParameter("review_id", OpenApiTypes.UUID, OpenApiParameter.PATH)],
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), 404: NOT_FOUND, 409: CONFLICT, **ERRORS},
+    )
+    def patch(self, request: Request, review_id: str) -> Response:
+        pk = parse_uuid(review_id, "review_id")
+        data = _validated(ResolveClaimSerializer, request.data)
+        entry = services.resolve_claim_review(pk, status=data["status"], note=data["note"], actor=actor_of(request))
+        return Response(review_representation(entry))

@@ -1,0 +1,120 @@
+"""Producers: a closing flow whose result was weak or rejected enqueues follow-up work.
+
+Connected to ``reasoning.signals.flow_closed`` (after the close commits). Both flags
+are off by default so each side rolls out on its own:
+
+- RESEARCH_AUTO_ENQUEUE_ENABLED: a completed Researcher flow (``agent`` "researcher")
+  whose ``outcome_metrics`` report ``evidence_hits == 0`` enqueues with reason
+  ``no_evidence_hits``; otherwise ``composite_k < 0.6`` enqueues ``weak_composite_k``.
+- CRITIC_AUTO_ENQUEUE_ENABLED: a completed Critic flow (``agent`` "critic") with
+  ``verdict == "reject"`` acts per CRITIC_DISPATCH_STRATEGY: ``mark_for_review``
+  (default) puts ``claim_id`` (or the flow's ``trigger_ref``) in the human triage queue;
+  ``re_research`` enqueues a Researcher re-run (reason ``claim_rejected``) with the
+  rejection reason in the question.
+
+A flow opened with ``dispatched_from_backlog=true`` never produces anything: it is the
+result of backlog work, and re-enqueueing it would loop forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from django.conf import settings
+
+from reasoning.models import ReasoningFlow
+from research_backlog import services
+from research_backlog.models import ResearchRequest
+
+logger = logging.getLogger(__name__)
+
+RESEARCHER_SOURCE = "researcher_auto_enqueue"
+CRITIC_SOURCE = "critic_auto_enqueue"
+PRODUCER_ACTOR = "system:backlog_producer"
+WEAK_COMPOSITE_K = 0.6
+
+
+def _topic(flow: ReasoningFlow) -> str:
+    # The trigger summary is plain English but only reused once the guard passed it.
+    if flow.patient_safe_summary and flow.trigger_summary:
+        return flow.trigger_summary
+    return f"{flow.trigger_type} {flow.trigger_ref}".strip()
+
+
+def weak_result_reason(metrics: dict[str, Any]) -> str | None:
+    """``no_evidence_hits``, ``weak_composite_k`` or None for a Researcher's outcome metrics."""
+    if metrics.get("evidence_hits") == 0:
+        return ResearchRequest.Reason.NO_EVIDENCE_HITS
+    composite_k = metrics.get("composite_k")
+    if composite_k is not None and composite_k < WEAK_COMPOSITE_K:
+        return ResearchRequest.Reason.WEAK_COMPOSITE_K
+    return None
+
+
+def produce(flow: ReasoningFlow) -> str | None:
+    """Enqueue or mark what the closed flow calls for; returns what was done, or None."""
+    if flow.dispatched_from_backlog or flow.flow_state != ReasoningFlow.State.COMPLETED:
+        return None
+    agent = flow.agent.lower()
+    metrics = flow.outcome_metrics or {}
+    if agent == "researcher" and settings.RESEARCH_AUTO_ENQUEUE_ENABLED:
+        reason = weak_result_reason(metrics)
+        if reason is None:
+            return None
+        finding = (
+            "found no evidence"
+            if reason == ResearchRequest.Reason.NO_EVIDENCE_HITS
+            else f"found only weak evidence (composite_k {metrics['composite_k']:.2f})"
+        )
+        services.enqueue(
+            trigger_type=flow.trigger_type,
+            trigger_ref=flow.trigger_ref,
+            question=f"Research again: {_topic(flow)}. The previous run {finding}.",
+            reason=reason,
+            source=RESEARCHER_SOURCE,
+            actor=PRODUCER_ACTOR,
+            source_flow_id=flow.pk,
+        )
+        return f"enqueued:{reason}"
+    if agent == "critic" and settings.CRITIC_AUTO_ENQUEUE_ENABLED and metrics.get("verdict") == "reject":
+        claim_id = metrics.get("claim_id") or flow.trigger_ref
+        if not claim_id:
+            logger.warning("critic flow %s rejected a claim but named none (claim_id, trigger_ref)", flow.pk)
+            return None
+        if settings.CRITIC_DISPATCH_STRATEGY == "re_research":
+            why = metrics.get("rejection_reason") or "no reason given"
+            services.enqueue(
+                trigger_type=flow.trigger_type,
+                trigger_ref=claim_id,
+                question=f"Re-research claim {claim_id}: the Critic rejected it ({why}). "
+                "Find independent evidence for or against it.",
+                reason=ResearchRequest.Reason.CLAIM_REJECTED,
+                source=CRITIC_SOURCE,
+                actor=PRODUCER_ACTOR,
+                source_flow_id=flow.pk,
+            )
+            return "enqueued:claim_rejected"
+        services.mark_claim_for_review(
+            claim_id=claim_id,
+            actor=PRODUCER_ACTOR,
+            source=CRITIC_SOURCE,
+            trigger_type=flow.trigger_type,
+            source_flow_id=flow.pk,
+        )
+        return "marked_for_review"
+    return None
+
+
+def produce_after_close(sender: Any, *, flow_id: uuid.UUID, **kwargs: Any) -> None:
+    """``flow_closed`` receiver. A failure is logged, never raised into the close."""
+    if not (settings.RESEARCH_AUTO_ENQUEUE_ENABLED or settings.CRITIC_AUTO_ENQUEUE_ENABLED):
+        return
+    flow = ReasoningFlow.objects.filter(pk=flow_id).first()
+    if flow is None:
+        return
+    try:
+        produce(flow)
+    except Exception:
+        logger.exception("backlog producer failed for flow %s", flow_id)

@@ -1,0 +1,308 @@
+"""State changes of the research backlog and the claim-review queue.
+
+Each function runs in one transaction with its audit event. Audit payloads carry ids,
+labels and counts: never the question or a curator's note.
+
+The backlog's life cycle::
+
+    pending --pull_next--> dispatched --complete--> completed
+                              |    \\--complete(error)--> failed_voluntary
+                              \\--sweep (stale)--> pending (retry_count + 1)
+                                                  or failed_after_retries at the cap
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from audit.actions import Action
+from audit.services import job_run, record
+from config.errors import Conflict, InvalidInput, NotFound
+from reasoning.models import ReasoningFlow
+from research_backlog.models import ClaimReview, ResearchRequest
+
+logger = logging.getLogger(__name__)
+
+Status = ResearchRequest.Status
+SWEEP_ACTOR = "system:backlog_stale_sweep"
+PURGE_ACTOR = "system:backlog_ttl_purge"
+
+
+def _request_payload(row: ResearchRequest, **extra: Any) -> dict[str, Any]:
+    return {
+        "request_id": str(row.pk),
+        "trigger_type": row.trigger_type,
+        "reason": row.reason,
+        "source": row.source,
+        "retry_count": row.retry_count,
+        **extra,
+    }
+
+
+def enqueue(
+    *,
+    trigger_type: str,
+    question: str,
+    reason: str,
+    source: str,
+    actor: str,
+    trigger_ref: str = "",
+    dispatched_from_backlog: bool = True,
+    source_flow_id: uuid.UUID | None = None,
+) -> tuple[ResearchRequest, bool]:
+    """Add a research request to the backlog. Returns ``(request, created)``.
+
+    A producer passes the flow that prompted it as ``source_flow_id``: one request per
+    flow, so a repeated close signal cannot enqueue twice (``created`` is then False).
+    Audits ``reasoning.research.deeper_request_created``.
+    """
+    if reason not in ResearchRequest.Reason.values:
+        raise InvalidInput(f"must be one of {', '.join(ResearchRequest.Reason.values)}", field="reason")
+    with transaction.atomic():
+        if source_flow_id is not None:
+            existing = ResearchRequest.objects.filter(source_flow_id=source_flow_id).first()
+            if existing is not None:
+                return existing, False
+        try:
+            with transaction.atomic():  # savepoint: a concurrent producer for the same flow wins
+                row = ResearchRequest.objects.create(
+                    trigger_type=trigger_type,
+                    trigger_ref=trigger_ref,
+                    question=question,
+                    reason=reason,
+                    source=source,
+                    requested_by=actor,
+                    dispatched_from_backlog=dispatched_from_backlog,
+                    source_flow_id=source_flow_id,
+                )
+        except IntegrityError:
+            if source_flow_id is None:
+                raise
+            return ResearchRequest.objects.get(source_flow_id=source_flow_id), False
+        record(
+            Action.RESEARCH_DEEPER_REQUEST_CREATED,
+            actor=actor,
+            target=row,
+            payload=_request_payload(
+                row,
+                question_chars=len(question),
+                source_flow_id=str(source_flow_id) if source_flow_id else None,
+            ),
+        )
+    return row, True
+
+
+@transaction.atomic
+def pull_next(*, actor: str, trigger_type: str | None = None) -> ResearchRequest | None:
+    """Claim the oldest pending request (optionally of one trigger type), or None.
+
+    ``FOR UPDATE SKIP LOCKED``: concurrent pullers each lock a different row and never
+    wait on each other, so no row is handed out twice and none is skipped for good.
+    Audits ``reasoning.research.backlog.dispatched``.
+    """
+    pending = ResearchRequest.objects.pending()
+    if trigger_type:
+        pending = pending.filter(trigger_type=trigger_type)
+    row = pending.order_by("created_at", "id").select_for_update(skip_locked=True).first()
+    if row is None:
+        return None
+    row.status = Status.DISPATCHED
+    row.dispatched_at = timezone.now()
+    row.save(update_fields=["status", "dispatched_at"])
+    record(Action.RESEARCH_BACKLOG_DISPATCHED, actor=actor, target=row, payload=_request_payload(row))
+    return row
+
+
+@transaction.atomic
+def complete(
+    request_id: uuid.UUID, *, actor: str, flow_id: uuid.UUID | None = None, error: str | None = None
+) -> ResearchRequest:
+    """Close out a dispatched request: ``completed``, or ``failed_voluntary`` with ``error``.
+
+    404 unknown; 409 unless the row is ``dispatched`` (no double completion, no completion
+    without a pull, none after the sweep took the row back). ``flow_id`` must name a
+    recorded flow. Audits ``reasoning.research.backlog.completed`` or ``.failed_voluntary``.
+    """
+    row = ResearchRequest.objects.select_for_update().filter(pk=request_id).first()
+    if row is None:
+        raise NotFound(f"research request {request_id} does not exist")
+    if row.status != Status.DISPATCHED:
+        raise Conflict(f"research request is {row.status}, not dispatched")
+    if flow_id is not None and not ReasoningFlow.objects.filter(pk=flow_id).exists():
+        raise InvalidInput("no flow with this id", field="flow_id")
+    now = timezone.now()
+    row.status = Status.FAILED_VOLUNTARY if error else Status.COMPLETED
+    row.completed_at = now
+    row.completed_flow_id = flow_id
+    row.failure_reason = error or ""
+    row.save(update_fields=["status", "completed_at", "completed_flow", "failure_reason"])
+    assert row.dispatched_at is not None  # a dispatched row has one (check constraint)
+    payload = _request_payload(
+        row,
+        flow_id=str(flow_id) if flow_id else None,
+        run_seconds=round((now - row.dispatched_at).total_seconds(), 3),
+    )
+    if error:
+        record(Action.RESEARCH_BACKLOG_FAILED_VOLUNTARY, actor=actor, target=row, payload={**payload, "error": error})
+    else:
+        record(Action.RESEARCH_BACKLOG_COMPLETED, actor=actor, target=row, payload=payload)
+    return row
+
+
+def sweep_stale(now: datetime | None = None) -> dict[str, int]:
+    """Take back requests dispatched more than BACKLOG_STALE_MINUTES ago.
+
+    A row with fewer than BACKLOG_MAX_RETRIES retries goes back to ``pending`` with
+    ``retry_count + 1`` (``.recovered``); a row already at the cap becomes
+    ``failed_after_retries`` (``.failed_after_retries``). Rows locked by a concurrent
+    completion are left to it. The run is audited as ``memory.job.backlog_stale_sweep``.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(minutes=settings.BACKLOG_STALE_MINUTES)
+    thresholds = {"stale_minutes": settings.BACKLOG_STALE_MINUTES, "max_retries": settings.BACKLOG_MAX_RETRIES}
+    with job_run("backlog_stale_sweep", actor=SWEEP_ACTOR, payload=thresholds) as counts:
+        counts.update(recovered=0, failed_after_retries=0)
+        stale_ids = list(ResearchRequest.objects.stale(cutoff).order_by("dispatched_at").values_list("pk", flat=True))
+        for start in range(0, len(stale_ids), 500):
+            recovered, failed = _sweep_batch(stale_ids[start : start + 500], cutoff, now)
+            counts["recovered"] += recovered
+            counts["failed_after_retries"] += failed
+    return counts
+
+
+@transaction.atomic
+def _sweep_batch(ids: list[uuid.UUID], cutoff: datetime, now: datetime) -> tuple[int, int]:
+    # Lock and re-check: a row completed since it was picked no longer matches.
+    rows = list(ResearchRequest.objects.stale(cutoff).filter(pk__in=ids).select_for_update(skip_locked=True))
+    recovered = failed = 0
+    for row in rows:
+        assert row.dispatched_at is not None
+        stuck_minutes = round((now - row.dispatched_at).total_seconds() / 60, 1)
+        if row.retry_count >= settings.BACKLOG_MAX_RETRIES:
+            row.status = Status.FAILED_AFTER_RETRIES
+            row.completed_at = now
+            row.failure_reason = "stale_after_retries"
+            row.save(update_fields=["status", "completed_at", "failure_reason"])
+            record(
+                Action.RESEARCH_BACKLOG_FAILED_AFTER_RETRIES,
+                actor=SWEEP_ACTOR,
+                target=row,
+                payload=_request_payload(row, stuck_minutes=stuck_minutes),
+            )
+            failed += 1
+        else:
+            row.status = Status.PENDING
+            row.retry_count += 1
+            row.dispatched_at = None
+            row.save(update_fields=["status", "retry_count", "dispatched_at"])
+            record(
+                Action.RESEARCH_BACKLOG_RECOVERED,
+                actor=SWEEP_ACTOR,
+                target=row,
+                payload=_request_payload(row, stuck_minutes=stuck_minutes),
+            )
+            recovered += 1
+    return recovered, failed
+
+
+def purge_expired(now: datetime | None = None, *, batch_size: int = 1000) -> dict[str, int]:
+    """Delete completed and failed requests BACKLOG_TTL_DAYS after ``completed_at``.
+
+    Pending and dispatched rows are never purged. The audit trail keeps every request's
+    history; the run is audited as ``memory.job.backlog_ttl_purge`` with the count.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=settings.BACKLOG_TTL_DAYS)
+    with job_run("backlog_ttl_purge", actor=PURGE_ACTOR, payload={"ttl_days": settings.BACKLOG_TTL_DAYS}) as counts:
+        counts["deleted"] = 0
+        while ids := list(ResearchRequest.objects.expired(cutoff).values_list("pk", flat=True)[:batch_size]):
+            with transaction.atomic():
+                deleted, _ = ResearchRequest.objects.expired(cutoff).filter(pk__in=ids).delete()
+            counts["deleted"] += deleted
+    return counts
+
+
+def mark_claim_for_review(
+    *,
+    claim_id: str,
+    actor: str,
+    source: str,
+    reason: str = "claim_rejected",
+    trigger_type: str = "",
+    source_flow_id: uuid.UUID | None = None,
+) -> tuple[ClaimReview, bool]:
+    """Put a claim in the human triage queue. Returns ``(entry, created)``.
+
+    Idempotent on ``claim_id``: marking a claim that already has an entry (pending or
+    terminal) returns that entry unchanged. Audits ``reasoning.claims_pending_review.marked``.
+    """
+    with transaction.atomic():
+        existing = ClaimReview.objects.filter(claim_id=claim_id).first()
+        if existing is not None:
+            return existing, False
+        try:
+            with transaction.atomic():  # savepoint: a concurrent mark of the same claim wins
+                entry = ClaimReview.objects.create(
+                    claim_id=claim_id,
+                    trigger_type=trigger_type,
+                    reason=reason,
+                    source=source,
+                    source_flow_id=source_flow_id,
+                    marked_by=actor,
+                )
+        except IntegrityError:
+            return ClaimReview.objects.get(claim_id=claim_id), False
+        record(
+            Action.CLAIM_REVIEW_MARKED,
+            actor=actor,
+            target=entry,
+            payload={
+                "review_id": str(entry.pk),
+                "claim_id": claim_id,
+                "reason": reason,
+                "source": source,
+                "source_flow_id": str(source_flow_id) if source_flow_id else None,
+            },
+        )
+    return entry, True
+
+
+@transaction.atomic
+def resolve_claim_review(review_id: uuid.UUID, *, status: str, note: str, actor: str) -> ClaimReview:
+    """Resolve or dismiss a pending entry; 404 unknown, 409 when already terminal.
+
+    Audits ``reasoning.claims_pending_review.resolved`` with the status (the note's
+    length only: the note itself is encrypted and stays out of the trail).
+    """
+    if status not in ClaimReview.TERMINAL:
+        raise InvalidInput("must be 'resolved' or 'dismissed'", field="status")
+    entry = ClaimReview.objects.select_for_update().filter(pk=review_id).first()
+    if entry is None:
+        raise NotFound(f"claim review {review_id} does not exist")
+    if entry.status != ClaimReview.Status.PENDING:
+        raise Conflict(f"claim review is already {entry.status}")
+    entry.status = status
+    entry.resolution_note = note
+    entry.resolved_by = actor
+    entry.resolved_at = timezone.now()
+    entry.save(update_fields=["status", "resolution_note", "resolved_by", "resolved_at"])
+    record(
+        Action.CLAIM_REVIEW_RESOLVED,
+        actor=actor,
+        target=entry,
+        payload={
+            "review_id": str(entry.pk),
+            "claim_id": entry.claim_id,
+            "status": status,
+            "note_chars": len(note),
+            "pending_seconds": round((entry.resolved_at - entry.created_at).total_seconds(), 3),
+        },
+    )
+    return entry
