@@ -17,6 +17,7 @@ from audit.services import record
 from config.errors import InvalidInput
 from pathways import services
 from pathways.matcher import Candidate, active_client, match
+from pathways.radar import candidate_radars
 from pathways.stats import pathway_stats
 from reasoning.api import ERRORS, parse_limit, parse_uuid
 from reasoning.auth import IsAdmin, actor_of
@@ -26,7 +27,7 @@ MAX_MATCH_LIMIT = 50
 LABEL = re.compile(LABEL_PATTERN)
 
 
-def candidate_representation(candidate: Candidate) -> dict[str, Any]:
+def candidate_representation(candidate: Candidate, dimensions: dict[str, Any]) -> dict[str, Any]:
     pathway = candidate.pathway
     return {
         "id": pathway.pk,
@@ -38,6 +39,8 @@ def candidate_representation(candidate: Candidate) -> dict[str, Any]:
         "semantic_score": None if candidate.semantic is None else round(candidate.semantic, 4),
         "hit_count": pathway.hit_count,
         "embedding_model": pathway.embedding_model or None,
+        "last_hit_at": pathway.last_hit_at,
+        "dimensions": dimensions,
     }
 
 
@@ -50,7 +53,9 @@ class PathwayMatchView(APIView):
         description="Needs `reasoning.admin`. Read-only (no hit is recorded). Structural score exact_ref 1.0 / "
         "prefix_ref 0.7 / trigger_type_only 0.3; blended 0.3 * structural + 0.7 * cosine when query and candidate "
         "have same-model embeddings (reason gains `+semantic`). Sorted by score, then hit_count. Demoted pathways "
-        "never match. Audits `reasoning.pathway.match_requested` (count and top reason only).",
+        "never match. Each candidate carries its Decision Dimensions radar (`dimensions`: six axes, 0-7 with a "
+        "low/medium/high bucket; Risk is the caution axis). Audits `reasoning.pathway.match_requested` (count "
+        "and top reason only).",
         parameters=[
             OpenApiParameter("trigger_type", str, required=True),
             OpenApiParameter("trigger_ref", str),
@@ -81,7 +86,9 @@ class PathwayMatchView(APIView):
                     "top_reason": candidates[0].reason if candidates else None,
                 },
             )
-        return Response({"candidates": [candidate_representation(c) for c in candidates]})
+        radars = candidate_radars([c.pathway for c in candidates])
+        body = [candidate_representation(c, radar) for c, radar in zip(candidates, radars, strict=True)]
+        return Response({"candidates": body})
 
 
 class PathwayHitView(APIView):

@@ -8,10 +8,14 @@ class PathwaysConfig(AppConfig):
 
     def ready(self) -> None:
         from pathways.matcher import active_client
+        from pathways.radar import library_facts
         from pathways.services import extract_after_close
+        from reasoning.radar import register_library_facts
         from reasoning.signals import flow_closed
 
         # Fail fast: an unknown PATHWAY_EMBEDDING_MODEL or a missing vendor key stops start-up.
         active_client()
         # Extraction runs after every flow close commits (reasoning never imports pathways).
         flow_closed.connect(extract_after_close, dispatch_uid="pathways.extract_after_close")
+        # Flow radars read the trigger family's maturity from the library.
+        register_library_facts(library_facts)

@@ -53,6 +53,9 @@ class ReasoningFlow(models.Model):
     outcome_metrics = models.JSONField(default=dict, blank=True)
     # The loop-break marker: a flow run on behalf of a backlog request never enqueues more work.
     dispatched_from_backlog = models.BooleanField(default=False)
+    # The Decision Dimensions radar computed at close (reasoning.dimensions): what the
+    # system believed when it decided. Null for flows closed before snapshots existed.
+    dimensions_snapshot = models.JSONField(null=True, blank=True)
     # Set at close by the summary guard: True only when the trigger, outcome and every
     # step summary passed. summary_guard_rule names the first rule that fired (never text).
     patient_safe_summary = models.BooleanField(null=True, blank=True)
@@ -79,6 +82,12 @@ class ReasoningFlow(models.Model):
             models.Index(fields=["created_at"], name="reasoning_flow_created"),
             # The decay job: active flows older than the cut-off.
             models.Index(fields=["flow_state", "created_at"], name="reasoning_flow_state_created"),
+            # Decision Dimensions' Risk axis: aborted flows with the same trigger.
+            models.Index(
+                fields=["trigger_type", "trigger_ref"],
+                name="reasoning_flow_aborted_trigger",
+                condition=Q(flow_state="aborted"),
+            ),
         ]
 
     def __str__(self) -> str:

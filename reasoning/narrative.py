@@ -12,7 +12,8 @@ Who may read it (the one access rule for this audience, used by the API and the 
      (``patient_safe_summary``); otherwise 403.
 
 The projection carries the trigger summary, one card per step (agent label, summary,
-time), the outcome summary and a disclaimer: no ids of other records, no inputs or
+time), the outcome summary, the Decision Dimensions radar with the patient's labels
+(the snapshot taken at close) and a disclaimer: no ids of other records, no inputs or
 outputs, no rationale, no raw reasoning. Every answer this function gives other than 404
 is audited as ``patient.reasoning.flow.read`` with its outcome. (401, a token without
 ``reasoning.read`` and 429 are refused before it runs, by authentication, permission
@@ -31,7 +32,9 @@ from audit.actions import Action
 from audit.services import record
 from config.errors import NotFound
 from patients.models import Patient
+from reasoning.dimensions import AXES, LABELS, is_radar
 from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.radar import flow_radar
 
 DISCLAIMER = (
     "This is an automatically generated account of how the system reached this result. "
@@ -119,6 +122,23 @@ def read_narrative(flow_id: uuid.UUID, *, patient: Patient | None, actor: str) -
             ],
             "outcome_summary": flow.outcome_summary,
             "closed_at": flow.closed_at,
+            "dimensions": patient_dimensions(flow),
             "disclaimer": DISCLAIMER,
         },
     )
+
+
+def patient_dimensions(flow: ReasoningFlow) -> dict[str, Any]:
+    """The radar as it stood at close (the snapshot), else computed now for flows closed
+    before snapshots existed; each axis carries the patient's label."""
+    stored = flow.dimensions_snapshot
+    source = "snapshot" if is_radar(stored) else "computed"
+    axes = stored if is_radar(stored) else flow_radar(flow)
+    labels = LABELS["patient"]
+    return {
+        "source": source,
+        "axes": [
+            {"axis": axis, "label": labels[axis], "score": axes[axis]["score"], "bucket": axes[axis]["bucket"]}
+            for axis in AXES
+        ],
+    }

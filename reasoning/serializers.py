@@ -259,6 +259,7 @@ FLOW_FIELDS = [
     "abort_reason",
     "outcome_metrics",
     "dispatched_from_backlog",
+    "dimensions_snapshot",
     "patient_safe_summary",
     "summary_guard_rule",
     "created_at",

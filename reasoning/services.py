@@ -22,6 +22,7 @@ from patients.models import Patient
 from reasoning import metrics
 from reasoning.auth import TOKEN_PREFIX, hash_token
 from reasoning.models import ApiToken, ReasoningFlow, ReasoningStep
+from reasoning.radar import flow_radar
 from reasoning.signals import flow_closed
 from reasoning.summary_guard import check_all
 
@@ -394,8 +395,11 @@ def _close(
     verdict = check_all([flow.trigger_summary, *summaries, flow.outcome_summary])
     flow.patient_safe_summary = verdict.ok
     flow.summary_guard_rule = verdict.rule or ""
+    flow.dimensions_snapshot = flow_radar(flow, now=flow.closed_at)
     ReasoningFlow.objects.filter(pk=flow_id).update(
-        patient_safe_summary=flow.patient_safe_summary, summary_guard_rule=flow.summary_guard_rule
+        patient_safe_summary=flow.patient_safe_summary,
+        summary_guard_rule=flow.summary_guard_rule,
+        dimensions_snapshot=flow.dimensions_snapshot,
     )
     action = Action.FLOW_COMPLETED if state == State.COMPLETED else Action.FLOW_ABORTED
     record(
