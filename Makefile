@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint fmt setup db bench bench-matcher clean
+.PHONY: run test lint fmt setup db browser bench bench-matcher clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +38,18 @@ fmt: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: lint db
-	$(BIN)/pytest
+# The browser tests drive Debian's chromium through Playwright (executable_path; no
+# browser download). Install it when missing: as root, or with sudo.
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+		echo "Installing Debian's chromium for the browser tests"; \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
+	fi
+
+test: lint db browser
+	CHROMIUM=$(CHROMIUM) $(BIN)/pytest
 
 # The write path, then the matcher (100k pathways; BENCH_LARGE=1 for 1M).
 bench: db

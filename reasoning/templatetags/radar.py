@@ -1,0 +1,121 @@
+"""The Decision Dimensions radar as inline SVG (no chart library, no JavaScript).
+
+``{% radar dims audience="patient" size="expanded" %}`` draws one radar;
+``{% radar_compare a b name_a name_b %}`` draws two on one chart (indigo and pink) with
+a legend ranking the axes by difference and the declared pick. ``dims`` is a radar dict
+(``{axis: {"score", "bucket"}}``) or the narrative's ``axes`` list.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django import template
+
+from reasoning.dimensions import AXES, LABELS, MAX_SCORE, compare
+
+register = template.Library()
+
+VIEW = 240  # viewBox width and height
+CENTRE = VIEW / 2
+RADIUS = 80
+SIZES = {"compact": 112, "expanded": 320}
+RINGS = (3, 5, 7)  # the medium and high bucket thresholds, and the rim
+
+
+def _as_radar(dims: Any) -> dict[str, dict[str, Any]]:
+    if isinstance(dims, Mapping) and "axes" in dims:
+        dims = dims["axes"]
+    if isinstance(dims, Sequence) and not isinstance(dims, str):
+        return {item["axis"]: {"score": item["score"], "bucket": item["bucket"]} for item in dims}
+    return {axis: dict(dims[axis]) for axis in AXES}
+
+
+def _point(index: int, score: float) -> tuple[float, float]:
+    angle = -math.pi / 2 + index * 2 * math.pi / len(AXES)
+    r = RADIUS * score / MAX_SCORE
+    return round(CENTRE + r * math.cos(angle), 1), round(CENTRE + r * math.sin(angle), 1)
+
+
+def _polygon(scores: Sequence[float]) -> str:
+    return " ".join(f"{x},{y}" for x, y in (_point(i, s) for i, s in enumerate(scores)))
+
+
+def _describe(label: str, axis: str, score: int, bucket: str) -> str:
+    caution = " (high means caution)" if axis == "risk" else ""
+    return f"{label}: {score} of {MAX_SCORE}, {bucket}{caution}"
+
+
+def _frame(labels: Mapping[str, str]) -> dict[str, Any]:
+    axes = []
+    for i, axis in enumerate(AXES):
+        end_x, end_y = _point(i, MAX_SCORE)
+        label_x, label_y = _point(i, MAX_SCORE * 1.22)
+        anchor = "middle" if abs(label_x - CENTRE) < 1 else ("start" if label_x > CENTRE else "end")
+        axes.append({"axis": axis, "label": labels[axis], "x": end_x, "y": end_y})
+        axes[-1].update(lx=label_x, ly=label_y, anchor=anchor)
+    return {
+        "view": VIEW,
+        "centre": CENTRE,
+        "rings": [_polygon([ring] * len(AXES)) for ring in RINGS],
+        "axes": axes,
+    }
+
+
+def _series(radar: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> dict[str, Any]:
+    points: list[dict[str, Any]] = []
+    for i, axis in enumerate(AXES):
+        score, bucket = int(radar[axis]["score"]), str(radar[axis]["bucket"])
+        x, y = _point(i, score)
+        points.append(
+            {
+                "axis": axis,
+                "x": x,
+                "y": y,
+                "score": score,
+                "bucket": bucket,
+                "title": _describe(labels[axis], axis, score, bucket),
+            }
+        )
+    return {"polygon": _polygon([p["score"] for p in points]), "points": points}
+
+
+@register.inclusion_tag("components/radar.html")
+def radar(dims: Any, audience: str = "operator", size: str = "compact", caption: str = "") -> dict[str, Any]:
+    labels = LABELS.get(audience, LABELS["operator"])
+    data = _as_radar(dims)
+    series = _series(data, labels)
+    summary = "; ".join(point["title"] for point in series["points"])
+    return {
+        **_frame(labels),
+        "series": series,
+        "size": SIZES.get(size, SIZES["compact"]),
+        "expanded": size == "expanded",
+        "aria_label": f"Decision dimensions. {summary}.",
+        "caption": caption,
+        "audience": audience,
+    }
+
+
+@register.inclusion_tag("components/radar_compare.html")
+def radar_compare(a: Any, b: Any, name_a: str = "A", name_b: str = "B") -> dict[str, Any]:
+    labels = LABELS["operator"]
+    first, second = _as_radar(a), _as_radar(b)
+    result = compare(first, second, labels=labels)
+    series_a, series_b = _series(first, labels), _series(second, labels)
+    winner = name_a if result.winner == "a" else name_b
+    return {
+        **_frame(labels),
+        "a": series_a,
+        "b": series_b,
+        "name_a": name_a,
+        "name_b": name_b,
+        "deltas": result.deltas,
+        "winner": winner,
+        "winner_side": result.winner,
+        "reason": result.reason,
+        "size": SIZES["expanded"],
+        "aria_label": f"Comparison of {name_a} (indigo) and {name_b} (pink). Pick: {winner}. {result.reason}",
+    }
