@@ -6,6 +6,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.api import not_found
+from reasoning.views import dashboard_home
 
 urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
@@ -13,8 +14,12 @@ urlpatterns = [
     path("", include("reasoning.urls")),
     path("", include("pathways.urls")),
     path("", include("research_backlog.urls")),
+    # Operator pages first: /dashboard/admin/reasoning/<flow_id> would swallow their names.
+    path("", include("research_backlog.page_urls")),
+    path("", include("pathways.page_urls")),
     path("", include("reasoning.page_urls")),
     path("", include("patients.urls")),
+    path("dashboard/", dashboard_home, name="dashboard"),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
     # Unknown API paths under /admin/v1/ are JSON 404s, not Django admin's login redirect.

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
-from django.http import HttpRequest
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 from rest_framework import exceptions
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
@@ -77,3 +81,23 @@ class NarrativeReadThrottle(SimpleRateThrottle):
         else:
             return None
         return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
+def is_operator(user: Any) -> bool:
+    """Operators are staff logins (``create_operator``); patients never are."""
+    return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
+
+
+def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """The one gate for operator pages: anonymous → the login page; a logged-in
+    non-operator (a patient) → 403 with a plain page. Every operator page uses it."""
+
+    @wraps(view)
+    def gated(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not is_operator(request.user):
+            return render(request, "reasoning/operator_forbidden.html", status=403)
+        return view(request, *args, **kwargs)
+
+    return gated

@@ -13,11 +13,11 @@ import uuid
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_safe
 
 from config.errors import NotFound
-from reasoning.access import NarrativeReadThrottle, actor_for, patient_of
+from reasoning.access import NarrativeReadThrottle, actor_for, is_operator, patient_of
 from reasoning.narrative import read_narrative
 
 
@@ -50,6 +50,13 @@ def narrative_page(request: HttpRequest, decision_id: str) -> HttpResponse:
         # unsafe_summary, not_patient, and any reason added later: the cautious wording.
         template = "reasoning/narrative_ask_care_team.html"
     return render(request, template, {"narrative": narrative.body}, status=narrative.status)
+
+
+@login_required
+@require_safe
+def dashboard_home(request: HttpRequest) -> HttpResponse:
+    """Where a login lands: operators on the Research Console, everyone else on their profile."""
+    return redirect("research-console" if is_operator(request.user) else "patient-profile")
 
 
 def _not_found(request: HttpRequest) -> HttpResponse:

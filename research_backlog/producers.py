@@ -8,7 +8,8 @@ are off by default so each side rolls out on its own:
   ``no_evidence_hits``; otherwise ``composite_k < 0.6`` enqueues ``weak_composite_k``.
 - CRITIC_AUTO_ENQUEUE_ENABLED: a completed Critic flow (``agent`` "critic") with
   ``verdict == "reject"`` acts per CRITIC_DISPATCH_STRATEGY: ``mark_for_review``
-  (default) puts ``claim_id`` (or the flow's ``trigger_ref``) in the human triage queue;
+  (default) puts ``claim_id`` (or the flow's ``trigger_ref``, when it is at most 200
+  characters; otherwise nothing is done and a warning is logged) in the human triage queue;
   ``re_research`` enqueues a Researcher re-run (reason ``claim_rejected``) with the
   rejection reason in the question.
 
@@ -26,7 +27,7 @@ from django.conf import settings
 
 from reasoning.models import ReasoningFlow
 from research_backlog import services
-from research_backlog.models import ResearchRequest
+from research_backlog.models import ClaimReview, ResearchRequest
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ RESEARCHER_SOURCE = "researcher_auto_enqueue"
 CRITIC_SOURCE = "critic_auto_enqueue"
 PRODUCER_ACTOR = "system:backlog_producer"
 WEAK_COMPOSITE_K = 0.6
+CLAIM_ID_MAX_LENGTH = ClaimReview._meta.get_field("claim_id").max_length or 200
 
 
 def _topic(flow: ReasoningFlow) -> str:
@@ -80,8 +82,14 @@ def produce(flow: ReasoningFlow) -> str | None:
         return f"enqueued:{reason}"
     if agent == "critic" and settings.CRITIC_AUTO_ENQUEUE_ENABLED and metrics.get("verdict") == "reject":
         claim_id = metrics.get("claim_id") or flow.trigger_ref
-        if not claim_id:
-            logger.warning("critic flow %s rejected a claim but named none (claim_id, trigger_ref)", flow.pk)
+        if not claim_id or len(claim_id) > CLAIM_ID_MAX_LENGTH:
+            # Without an id a curator can look up, there is nothing to triage or re-research.
+            logger.warning(
+                "critic flow %s rejected a claim but named no usable claim id (claim_id, or a trigger_ref "
+                "of at most %d characters)",
+                flow.pk,
+                CLAIM_ID_MAX_LENGTH,
+            )
             return None
         if settings.CRITIC_DISPATCH_STRATEGY == "re_research":
             why = metrics.get("rejection_reason") or "no reason given"

@@ -82,7 +82,10 @@ def test_login_with_credentials_redirects_to_profile(patient: Patient) -> None:
     )
 
     assert response.status_code == 302
-    assert response["Location"] == PROFILE
+    assert response["Location"] == "/dashboard/"
+    landing = client.get("/dashboard/")
+    assert landing.status_code == 302
+    assert landing["Location"] == PROFILE
     assert client.get(PROFILE).status_code == 200
 
 

@@ -637,19 +637,19 @@ def test_good_loop_settings_start(env: dict[str, str]) -> None:
     assert done.returncode == 0, done.stderr
 
 
-# --- Known defect --------------------------------------------------------------------------
+# --- A trigger_ref too long to be a claim id ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="app bug: producers fall back to the flow's trigger_ref (max 500) as ClaimReview.claim_id (max 200); "
-    "a longer trigger_ref raises DataError inside the producer, which is logged and the rejected claim is lost",
-)
 @override_settings(CRITIC_AUTO_ENQUEUE_ENABLED=True)
-def test_reject_with_a_long_trigger_ref_and_no_claim_id_is_still_marked(run_flow: RunFlow) -> None:
-    trigger_ref = "claim/" + "x" * 294  # 300 characters: a valid flow trigger_ref
+def test_reject_with_a_long_trigger_ref_and_no_claim_id_is_skipped_with_a_warning(
+    run_flow: RunFlow, caplog: pytest.LogCaptureFixture
+) -> None:
+    trigger_ref = "claim/" + "x" * 294  # 300 characters: a valid flow trigger_ref, too long for a claim id
 
-    closed = run_flow("critic", metrics={"verdict": "reject"}, trigger_ref=trigger_ref)
+    with caplog.at_level("WARNING", logger="research_backlog.producers"):
+        closed = run_flow("critic", metrics={"verdict": "reject"}, trigger_ref=trigger_ref)
 
     assert closed.status == 200
-    assert ClaimReview.objects.count() == 1
+    assert ClaimReview.objects.count() == 0
+    assert "named no usable claim id" in caplog.text
+    assert "backlog producer failed" not in caplog.text

@@ -1176,6 +1176,27 @@ def test_a_revoked_admin_token_is_401(
     assert state() == before
 
 
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("get", DEEPER_URL),
+        ("get", NEXT_URL),
+        ("get", "/admin/v1/reasoning/research/backlog/00000000-0000-0000-0000-000000000001/complete"),
+        ("post", BACKLOG_URL),
+        ("delete", REVIEWS_URL),
+        ("delete", f"{REVIEWS_URL}/00000000-0000-0000-0000-000000000001"),
+    ],
+)
+def test_other_methods_are_405_and_write_nothing(operator: APIClient, method: str, url: str) -> None:
+    make_request()
+    before = state()
+
+    response = getattr(operator, method)(url)
+
+    assert response.status_code == 405
+    assert state() == before
+
+
 # --- Free text at rest and in the trail ---------------------------------------------------
 
 
@@ -1352,3 +1373,24 @@ def test_eight_concurrent_dispatchers_pull_through_the_route_without_sharing_a_r
     assert set(every_claim) == created
     assert set(ResearchRequest.objects.values_list("status", flat=True)) == {"dispatched"}
     assert len(events(DISPATCHED)) == 80
+
+
+@pytest.mark.django_db(transaction=True)
+def test_eight_concurrent_marks_of_one_claim_create_one_entry(
+    make_token: Callable[..., str], client_for: Callable[[str | None], APIClient]
+) -> None:
+    workers = 8
+    raw = make_token("reasoning.admin", name="critic")
+    answers: list[tuple[int, str]] = []
+
+    def mark(n: int) -> None:
+        response = client_for(raw).post(REVIEWS_URL, {"claim_id": "claim-contended"}, format="json")
+        answers.append((response.status_code, response.json()["id"]))
+
+    errors = run_together(workers, mark)
+
+    assert errors == []
+    assert sorted(status for status, _ in answers) == [200] * (workers - 1) + [201]
+    entry = ClaimReview.objects.get()
+    assert {review_id for _, review_id in answers} == {str(entry.pk)}
+    assert len(events(MARKED)) == 1

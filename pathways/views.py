@@ -1,0 +1,15 @@
+"""Operator pages of the pathway library."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_safe
+
+from reasoning.access import operator_required
+
+
+@operator_required
+@require_safe
+def pathway_library_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "pathways/pathway_library.html", {})
