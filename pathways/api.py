@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.db import transaction
@@ -14,17 +13,14 @@ from rest_framework.views import APIView
 
 from audit.actions import Action
 from audit.services import record
-from config.errors import InvalidInput
 from pathways import services
-from pathways.matcher import Candidate, active_client, match
+from pathways.matcher import Candidate, active_client, check_query, match
 from pathways.radar import candidate_radars
 from pathways.stats import pathway_stats
 from reasoning.api import ERRORS, parse_limit, parse_uuid
 from reasoning.auth import IsAdmin, actor_of
-from reasoning.serializers import LABEL_PATTERN
 
 MAX_MATCH_LIMIT = 50
-LABEL = re.compile(LABEL_PATTERN)
 
 
 def candidate_representation(candidate: Candidate, dimensions: dict[str, Any]) -> dict[str, Any]:
@@ -67,12 +63,7 @@ class PathwayMatchView(APIView):
         params = request.query_params
         trigger_type = params.get("trigger_type", "")
         trigger_ref = params.get("trigger_ref", "")
-        if not trigger_type:
-            raise InvalidInput("is required", field="trigger_type")
-        if len(trigger_type) > 100 or not LABEL.match(trigger_type):
-            raise InvalidInput("must be a label of at most 100 characters", field="trigger_type")
-        if len(trigger_ref) > 500 or "\x00" in trigger_ref:
-            raise InvalidInput("must be at most 500 characters, without NUL", field="trigger_ref")
+        check_query(trigger_type, trigger_ref)
         limit = parse_limit(params.get("limit"), default=10, maximum=MAX_MATCH_LIMIT)
         candidates = match(trigger_type, trigger_ref, client=active_client(), limit=limit)
         with transaction.atomic():

@@ -20,17 +20,21 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from dataclasses import dataclass
 
 from django.db import connection, transaction
 from django.db.models import Case, FloatField, When
 from pgvector.django import CosineDistance
 
+from config.errors import InvalidInput
 from pathways.embeddings import EmbeddingClient, EmbeddingError, build_embedding_client, pathway_text
 from pathways.models import Pathway, parent_ref
+from reasoning.serializers import LABEL_PATTERN
 
 logger = logging.getLogger(__name__)
 
+LABEL = re.compile(LABEL_PATTERN)
 STRUCTURAL_WEIGHT = 0.3
 SEMANTIC_WEIGHT = 0.7
 # Candidates fetched per source before ranking; the answer is cut to ``limit`` after.
@@ -53,6 +57,16 @@ class Candidate:
     reason: str
     structural: float
     semantic: float | None
+
+
+def check_query(trigger_type: str, trigger_ref: str) -> None:
+    """Raise InvalidInput (naming the field) unless the pair is a valid match query."""
+    if not trigger_type:
+        raise InvalidInput("is required", field="trigger_type")
+    if len(trigger_type) > 100 or not LABEL.match(trigger_type):
+        raise InvalidInput("must be a label of at most 100 characters", field="trigger_type")
+    if len(trigger_ref) > 500 or "\x00" in trigger_ref:
+        raise InvalidInput("must be at most 500 characters, without NUL", field="trigger_ref")
 
 
 def structural_score(query_type: str, query_ref: str, pathway_type: str, pathway_ref: str) -> tuple[float, str]:

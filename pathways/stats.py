@@ -49,3 +49,28 @@ def pathway_stats() -> dict[str, Any]:
         "demoted": {"total": totals["demoted"], "by_reason": demoted_by_reason},
         "top_hits": top_hits,
     }
+
+
+def library_overview(embedding_model: str) -> dict[str, Any]:
+    """What the operator's library page shows: ``pathway_stats()`` plus two things the API
+    leaves out (its output is a published contract, so it is extended here, not there).
+
+    - ``needing_embedding``: active pathways with no vector from ``embedding_model`` (the
+      embedding backfill's remaining work; 0 once it has converged);
+    - ``top_hits`` rows gain ``trigger_ref`` and ``last_hit_at``; the ranking is the API's.
+
+    Seven queries whatever the library's size: pathway_stats()'s five, the backfill count,
+    and the top hits' refs (none when there are no top hits).
+    """
+    stats = pathway_stats()
+    needing_embedding = Pathway.objects.needing_embedding(embedding_model).count()
+    ranked = stats["top_hits"]
+    details = {
+        row["id"]: row
+        for row in Pathway.objects.filter(pk__in=[row["id"] for row in ranked]).values(
+            "id", "trigger_ref", "last_hit_at"
+        )
+    }
+    # A pathway deleted between the two reads drops out rather than showing half a row.
+    top_hits = [{**row, **details[row["id"]]} for row in ranked if row["id"] in details]
+    return {**stats, "needing_embedding": needing_embedding, "top_hits": top_hits}

@@ -7,11 +7,14 @@ import logging
 import secrets
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, connection, transaction
+from django.contrib.postgres.expressions import ArraySubquery
+from django.db import IntegrityError, connection, models, transaction
+from django.db.models import F, Func, OuterRef
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -456,3 +459,76 @@ def read_flow_for_admin(
             payload={"steps_with_reasoning": sum(1 for step in steps if step.reasoning_content)},
         )
     return flow, steps
+
+
+# The step columns the operator DAG page shows, and what it never loads: inputs, outputs,
+# the encrypted PII columns and raw reasoning stay in the database.
+PAGE_STEP_FIELDS = (
+    "position",
+    "kind",
+    "agent",
+    "summary_text",
+    "rationale",
+    "confidence",
+    "latency_ms",
+    "llm_call_log_ref",
+    "experiment_trace_ref",
+    "decision_graph_node_ref",
+    "memory_claim_ref",
+    "span_id",
+    "reasoning_content_chars",
+    "created_at",
+)
+STEPS_PER_PAGE = 100
+
+
+@dataclass(frozen=True)
+class FlowStepsPage:
+    flow: ReasoningFlow
+    # PAGE_STEP_FIELDS plus parent_position and extra_parent_positions, in position order.
+    steps: list[dict[str, Any]]
+    page: int
+    page_count: int
+    per_page: int
+
+    @property
+    def first_position(self) -> int:
+        return (self.page - 1) * self.per_page + 1
+
+
+@transaction.atomic
+def read_flow_page_for_admin(
+    flow_id: uuid.UUID, *, actor: str, page: int, per_page: int = STEPS_PER_PAGE
+) -> FlowStepsPage:
+    """One page of a flow's steps for an operator (audited like ``read_flow_for_admin``).
+
+    Page ``n`` holds positions ``(n - 1) * per_page + 1`` to ``n * per_page`` (positions
+    are contiguous from 1, so this is an index range, not an OFFSET scan). Each step
+    carries its parents' positions, wherever they are. A flow without steps has one
+    empty page; a page past the last is NotFound, and so is an unknown flow.
+    """
+    flow = ReasoningFlow.objects.filter(pk=flow_id).first()
+    if flow is None:
+        raise NotFound(f"flow {flow_id} does not exist")
+    page_count = max(1, -(-flow.step_count // per_page))
+    if not 1 <= page <= page_count:
+        raise NotFound(f"flow {flow_id} has no page {page}")
+    first = (page - 1) * per_page + 1
+    extra_parent_positions = ArraySubquery(
+        ReasoningStep.objects.filter(
+            pk=Func(OuterRef("extra_parent_ids"), function="ANY", output_field=models.UUIDField())
+        )
+        .order_by("position")
+        .values("position")
+    )
+    steps = list(
+        ReasoningStep.objects.filter(flow_id=flow_id, position__gte=first, position__lt=first + per_page)
+        .order_by("position")
+        .values(
+            *PAGE_STEP_FIELDS,
+            parent_position=F("parent_step__position"),
+            extra_parent_positions=extra_parent_positions,
+        )
+    )
+    record(Action.ADMIN_FLOW_READ, actor=actor, target=flow, payload={"step_count": len(steps), "page": page})
+    return FlowStepsPage(flow=flow, steps=steps, page=page, page_count=page_count, per_page=per_page)

@@ -37,9 +37,10 @@ CONFLICT = OpenApiResponse(OpenApiTypes.OBJECT, description="The row is not in a
 NOT_FOUND = OpenApiResponse(OpenApiTypes.OBJECT, description="No such row.")
 MAX_PENDING_LIST = 500
 
-# Questions and notes may span lines, but carry no other control characters.
+# Questions and notes may span lines (\n, or \r\n from a browser's textarea) and hold
+# tabs, but carry no other control characters.
 text_validator = RegexValidator(
-    r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", "Must be text without control characters.", inverse_match=True
+    r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", "Must be text without control characters.", inverse_match=True
 )
 
 

@@ -6,8 +6,15 @@ from django.urls import path
 
 from research_backlog import views
 
-PREFIX = "dashboard/admin/reasoning/research-console"
+CONSOLE = "dashboard/admin/reasoning/research-console"
 
 urlpatterns = [
-    path(PREFIX, views.console_page, name="research-console"),
+    path(CONSOLE, views.console_page, name="research-console"),
+    path(f"{CONSOLE}/candidates", views.candidates_partial, name="research-console-candidates"),
+    path(f"{CONSOLE}/compare", views.comparison_partial, name="research-console-compare"),
+    path(f"{CONSOLE}/pathways/<str:pathway_id>/reuse", views.reuse_pathway, name="research-console-reuse"),
+    path(f"{CONSOLE}/deeper-research", views.trigger_deeper_research, name="research-console-deeper"),
+    path(f"{CONSOLE}/backlog", views.backlog_partial, name="research-console-backlog"),
+    path(f"{CONSOLE}/reviews", views.reviews_partial, name="research-console-reviews"),
+    path(f"{CONSOLE}/reviews/<str:review_id>", views.resolve_review, name="research-console-review"),
 ]

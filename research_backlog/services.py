@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 Status = ResearchRequest.Status
 SWEEP_ACTOR = "system:backlog_stale_sweep"
 PURGE_ACTOR = "system:backlog_ttl_purge"
+CONSOLE_SOURCE = "research_console"
 
 
 def _request_payload(row: ResearchRequest, **extra: Any) -> dict[str, Any]:
@@ -97,6 +98,23 @@ def enqueue(
             ),
         )
     return row, True
+
+
+@transaction.atomic
+def request_deeper_research(*, trigger_type: str, trigger_ref: str, question: str, actor: str) -> ResearchRequest:
+    """An operator asks for deeper research from the Research Console: the request joins
+    the backlog (``reasoning.research.deeper_request_created``) and the operator's ask is
+    pinned to them (``admin.reasoning.research.deeper_requested``), in one transaction."""
+    row, _ = enqueue(
+        trigger_type=trigger_type,
+        trigger_ref=trigger_ref,
+        question=question,
+        reason=ResearchRequest.Reason.OPERATOR_REQUESTED,
+        source=CONSOLE_SOURCE,
+        actor=actor,
+    )
+    record(Action.RESEARCH_DEEPER_REQUESTED, actor=actor, target=row, payload=_request_payload(row))
+    return row
 
 
 @transaction.atomic

@@ -18,10 +18,11 @@ from reasoning.dimensions import AXES, LABELS, MAX_SCORE, compare
 
 register = template.Library()
 
-VIEW = 240  # viewBox width and height
+VIEW = 240  # the chart's square
+PAD = 48  # room either side for the axis labels
 CENTRE = VIEW / 2
 RADIUS = 80
-SIZES = {"compact": 112, "expanded": 320}
+SIZES = {"compact": 140, "expanded": 420}
 RINGS = (3, 5, 7)  # the medium and high bucket thresholds, and the rim
 
 
@@ -57,7 +58,7 @@ def _frame(labels: Mapping[str, str]) -> dict[str, Any]:
         axes.append({"axis": axis, "label": labels[axis], "x": end_x, "y": end_y})
         axes[-1].update(lx=label_x, ly=label_y, anchor=anchor)
     return {
-        "view": VIEW,
+        "viewbox": f"{-PAD} 0 {VIEW + 2 * PAD} {VIEW}",
         "centre": CENTRE,
         "rings": [_polygon([ring] * len(AXES)) for ring in RINGS],
         "axes": axes,
@@ -92,6 +93,7 @@ def radar(dims: Any, audience: str = "operator", size: str = "compact", caption:
         **_frame(labels),
         "series": series,
         "size": SIZES.get(size, SIZES["compact"]),
+        "height": round(SIZES.get(size, SIZES["compact"]) * VIEW / (VIEW + 2 * PAD)),
         "expanded": size == "expanded",
         "aria_label": f"Decision dimensions. {summary}.",
         "caption": caption,
@@ -117,5 +119,6 @@ def radar_compare(a: Any, b: Any, name_a: str = "A", name_b: str = "B") -> dict[
         "winner_side": result.winner,
         "reason": result.reason,
         "size": SIZES["expanded"],
+        "height": round(SIZES["expanded"] * VIEW / (VIEW + 2 * PAD)),
         "aria_label": f"Comparison of {name_a} (indigo) and {name_b} (pink). Pick: {winner}. {result.reason}",
     }

@@ -19,6 +19,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
+from reasoning.models import ApiToken
 from research_backlog import services
 from research_backlog.models import ClaimReview, ResearchRequest
 
@@ -1165,8 +1166,6 @@ def test_every_route_without_the_admin_scope_is_403_and_writes_nothing(
 def test_a_revoked_admin_token_is_401(
     make_token: Callable[..., str], client_for: Callable[[str | None], APIClient]
 ) -> None:
-    from reasoning.models import ApiToken
-
     client = client_for(make_token("reasoning.admin", name="revoked-operator"))
     ApiToken.objects.filter(name="revoked-operator").update(revoked_at=NOW)
     make_request()

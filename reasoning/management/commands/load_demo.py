@@ -8,11 +8,14 @@ step. Prints the demo credentials and a decision the consenting patient can read
 
 from __future__ import annotations
 
+import importlib
 import uuid
 from typing import Any
 
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.utils.module_loading import module_has_submodule
 
 from patients.models import Patient
 from patients.services import create_patient
@@ -145,6 +148,12 @@ class Command(BaseCommand):
             ReasoningFlow.objects.filter(patient=consenting, patient_safe_summary=True).order_by("created_at").first()
         )
         self.stdout.write(f"demo data: {FLOW_COUNT} flows ({created} new)")
+        # Other apps add their own demo rows (pathways, the research backlog) from
+        # <app>/demo.py, so reasoning imports none of them.
+        for config in apps.get_app_configs():
+            if module_has_submodule(config.module, "demo"):
+                summary = importlib.import_module(f"{config.name}.demo").load_demo_data()
+                self.stdout.write(f"  {config.name}: {summary}")
         self.stdout.write(f"  operator (Django admin at /admin/): {OPERATOR[0]} / {OPERATOR[1]}")
         self.stdout.write(f"  consenting patient: {CONSENTING[0]} / {CONSENTING[1]}")
         self.stdout.write(f"  non-consenting patient: {NOT_CONSENTING[0]} / {NOT_CONSENTING[1]}")

@@ -1,0 +1,26 @@
+"""Demo pathways for ``load_demo``: extracted from the demo flows, with some reuse."""
+
+from __future__ import annotations
+
+from pathways.models import Pathway
+from pathways.services import extract_pathway, record_hit
+from reasoning.models import ReasoningFlow
+
+DEMO_ACTOR = "system:demo"
+
+
+def load_demo_data() -> str:
+    """Extract a pathway from every qualifying demo flow (idempotent); a new pathway gets
+    a few reuses, so the library shows growing and mature families."""
+    flows = ReasoningFlow.objects.filter(trace_id__startswith="demo-trace-", flow_state=ReasoningFlow.State.COMPLETED)
+    new = 0
+    for index, flow_id in enumerate(flows.order_by("created_at").values_list("pk", flat=True)):
+        if Pathway.objects.filter(seed_flow_id=flow_id).exists():
+            continue
+        pathway = extract_pathway(flow_id, actor=DEMO_ACTOR)
+        if pathway is None:
+            continue
+        new += 1
+        for _ in range(index % 5):
+            record_hit(pathway.pk, actor=DEMO_ACTOR)
+    return f"{Pathway.objects.filter(seed_flow__trace_id__startswith='demo-trace-').count()} pathways ({new} new)"
