@@ -87,6 +87,10 @@ class Stub:
     y2: float  # on the child's top edge
 
     @property
+    def label_y(self) -> float:
+        return self.y1 - 4
+
+    @property
     def label(self) -> str:
         return f"#{self.parent_position}" if self.parent_position is not None else "earlier"
 

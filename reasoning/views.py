@@ -1,4 +1,4 @@
-"""Pages for patients: the narrative of one decision.
+"""Pages: the patient's narrative of one decision, and the operator's flow DAG page.
 
 The page asks ``read_narrative`` (the one access rule for this audience) and shows its
 answer with the same status code as the API: 200 the narrative, 202 still working,
@@ -9,16 +9,24 @@ around it. Every page works without JavaScript.
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_safe
 
 from config.errors import NotFound
-from reasoning.access import NarrativeReadThrottle, actor_for, is_operator, patient_of
+from reasoning import dag
+from reasoning.access import NarrativeReadThrottle, actor_for, is_operator, operator_required, patient_of
+from reasoning.dimensions import is_radar
 from reasoning.narrative import read_narrative
+from reasoning.services import FlowStepsPage, read_flow_page_for_admin
 
 
 @login_required
@@ -62,3 +70,113 @@ def dashboard_home(request: HttpRequest) -> HttpResponse:
 def _not_found(request: HttpRequest) -> HttpResponse:
     # Rendered here rather than raised: the project's 404 handler is shaped for the API.
     return render(request, "reasoning/narrative_not_found.html", status=404)
+
+
+# --- Operators: one flow as a graph and a timeline ----------------------------------
+
+PAGE_NUMBER = re.compile(r"[1-9][0-9]{0,8}")
+BACK_REFS = (
+    ("llm_call_log_ref", "LLM call log"),
+    ("experiment_trace_ref", "Experiment trace"),
+    ("decision_graph_node_ref", "Decision graph node"),
+    ("memory_claim_ref", "Memory claim"),
+    ("span_id", "Span"),
+)
+
+
+@operator_required
+@require_safe
+def admin_flow_page(request: HttpRequest, flow_id: str) -> HttpResponse:
+    """A flow's header, metadata and radar; one page (100 steps) of its graph and timeline.
+
+    The graph holds the page's steps only; a parent on an earlier page is a labelled
+    stub linking to it. A malformed id or ``?page``, an unknown flow or a page past the
+    last renders the 404 page.
+    """
+    raw_page = request.GET.get("page", "1")
+    try:
+        pk = uuid.UUID(flow_id)
+    except ValueError:
+        return _flow_not_found(request)
+    if not PAGE_NUMBER.fullmatch(raw_page):
+        return _flow_not_found(request)
+    try:
+        read = read_flow_page_for_admin(pk, actor=actor_for(request), page=int(raw_page))
+    except NotFound:
+        return _flow_not_found(request)
+
+    flow = read.flow
+    steps = [_timeline_entry(step, read) for step in read.steps]
+    last_position = read.first_position + len(steps) - 1
+    context = {
+        "flow": flow,
+        "radar": is_radar(flow.dimensions_snapshot),
+        "duration": _duration((flow.closed_at or timezone.now()) - flow.created_at),
+        "steps": steps,
+        "graph": _graph(read, steps),
+        "box": {"width": dag.NODE_WIDTH, "height": dag.NODE_HEIGHT},
+        "page": read.page,
+        "page_count": read.page_count,
+        "first_position": read.first_position if steps else 0,
+        "last_position": last_position if steps else 0,
+    }
+    return render(request, "reasoning/admin_flow.html", context)
+
+
+def _step_href(position: int, read: FlowStepsPage) -> str:
+    """A link to a step's timeline entry, on this page or the one that holds it."""
+    page = (position - 1) // read.per_page + 1
+    return f"#step-{position}" if page == read.page else f"?page={page}#step-{position}"
+
+
+def _timeline_entry(step: dict[str, Any], read: FlowStepsPage) -> dict[str, Any]:
+    parents = ([step["parent_position"]] if step["parent_position"] is not None else []) + list(
+        step["extra_parent_positions"]
+    )
+    return {
+        **step,
+        "parents": [{"position": p, "href": _step_href(p, read)} for p in parents],
+        "merge": len(parents) > 1,
+        "back_refs": [(label, step[field]) for field, label in BACK_REFS if step[field]],
+    }
+
+
+def _graph(read: FlowStepsPage, steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The page's steps laid out by ``reasoning.dag``; positions serve as node ids."""
+    outside = {p["position"] for step in steps for p in step["parents"] if p["position"] < read.first_position}
+    layout = dag.layout(
+        [(s["position"], s["parent_position"], s["extra_parent_positions"], s["position"]) for s in steps],
+        outside_positions={position: position for position in outside},
+    )
+    by_position = {step["position"]: step for step in steps}
+    return {
+        "width": layout.width,
+        "height": layout.height,
+        "nodes": [{"node": node, "step": by_position[node.position]} for node in layout.nodes],
+        "edges": layout.edges,
+        "stubs": [
+            {"stub": stub, "href": _step_href(stub.parent_position, read) if stub.parent_position else ""}
+            for stub in layout.stubs
+        ],
+    }
+
+
+def _duration(elapsed: timedelta) -> str:
+    seconds = max(elapsed.total_seconds(), 0.0)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, seconds = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def _flow_not_found(request: HttpRequest) -> HttpResponse:
+    # Rendered here for the same reason as _not_found: the 404 handler speaks JSON.
+    return render(request, "reasoning/admin_flow_not_found.html", status=404)

@@ -19,10 +19,10 @@ from reasoning.dimensions import AXES, LABELS, MAX_SCORE, compare
 register = template.Library()
 
 VIEW = 240  # the chart's square
-PAD = 48  # room either side for the axis labels
+PAD = 100  # room either side for the axis labels (patient labels run to ~20 characters)
 CENTRE = VIEW / 2
 RADIUS = 80
-SIZES = {"compact": 140, "expanded": 420}
+SIZES = {"compact": 96, "expanded": 460}
 RINGS = (3, 5, 7)  # the medium and high bucket thresholds, and the rim
 
 
@@ -49,7 +49,9 @@ def _describe(label: str, axis: str, score: int, bucket: str) -> str:
     return f"{label}: {score} of {MAX_SCORE}, {bucket}{caution}"
 
 
-def _frame(labels: Mapping[str, str]) -> dict[str, Any]:
+def _frame(labels: Mapping[str, str], *, width: int, labelled: bool = True) -> dict[str, Any]:
+    """The rings, spokes and label positions; a compact chart has no labels and no margin."""
+    pad = PAD if labelled else 0
     axes = []
     for i, axis in enumerate(AXES):
         end_x, end_y = _point(i, MAX_SCORE)
@@ -58,7 +60,9 @@ def _frame(labels: Mapping[str, str]) -> dict[str, Any]:
         axes.append({"axis": axis, "label": labels[axis], "x": end_x, "y": end_y})
         axes[-1].update(lx=label_x, ly=label_y, anchor=anchor)
     return {
-        "viewbox": f"{-PAD} 0 {VIEW + 2 * PAD} {VIEW}",
+        "viewbox": f"{-pad} 0 {VIEW + 2 * pad} {VIEW}",
+        "size": width,
+        "height": round(width * VIEW / (VIEW + 2 * pad)),
         "centre": CENTRE,
         "rings": [_polygon([ring] * len(AXES)) for ring in RINGS],
         "axes": axes,
@@ -90,10 +94,8 @@ def radar(dims: Any, audience: str = "operator", size: str = "compact", caption:
     series = _series(data, labels)
     summary = "; ".join(point["title"] for point in series["points"])
     return {
-        **_frame(labels),
+        **_frame(labels, width=SIZES.get(size, SIZES["compact"]), labelled=size == "expanded"),
         "series": series,
-        "size": SIZES.get(size, SIZES["compact"]),
-        "height": round(SIZES.get(size, SIZES["compact"]) * VIEW / (VIEW + 2 * PAD)),
         "expanded": size == "expanded",
         "aria_label": f"Decision dimensions. {summary}.",
         "caption": caption,
@@ -109,7 +111,7 @@ def radar_compare(a: Any, b: Any, name_a: str = "A", name_b: str = "B") -> dict[
     series_a, series_b = _series(first, labels), _series(second, labels)
     winner = name_a if result.winner == "a" else name_b
     return {
-        **_frame(labels),
+        **_frame(labels, width=SIZES["expanded"]),
         "a": series_a,
         "b": series_b,
         "name_a": name_a,
@@ -118,7 +120,5 @@ def radar_compare(a: Any, b: Any, name_a: str = "A", name_b: str = "B") -> dict[
         "winner": winner,
         "winner_side": result.winner,
         "reason": result.reason,
-        "size": SIZES["expanded"],
-        "height": round(SIZES["expanded"] * VIEW / (VIEW + 2 * PAD)),
         "aria_label": f"Comparison of {name_a} (indigo) and {name_b} (pink). Pick: {winner}. {result.reason}",
     }
