@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathways.models import Pathway
-from pathways.services import extract_pathway, record_hit
+from pathways.services import disqualifier, extract_pathway, record_hit
 from reasoning.models import ReasoningFlow
 
 DEMO_ACTOR = "system:demo"
@@ -14,10 +14,11 @@ def load_demo_data() -> str:
     a few reuses, so the library shows growing and mature families."""
     flows = ReasoningFlow.objects.filter(trace_id__startswith="demo-trace-", flow_state=ReasoningFlow.State.COMPLETED)
     new = 0
-    for index, flow_id in enumerate(flows.order_by("created_at").values_list("pk", flat=True)):
-        if Pathway.objects.filter(seed_flow_id=flow_id).exists():
+    for index, flow in enumerate(flows.order_by("created_at")):
+        # Only qualifying flows without a pathway: a skipped extraction would audit again on every run.
+        if disqualifier(flow) is not None or Pathway.objects.filter(seed_flow_id=flow.pk).exists():
             continue
-        pathway = extract_pathway(flow_id, actor=DEMO_ACTOR)
+        pathway = extract_pathway(flow.pk, actor=DEMO_ACTOR)
         if pathway is None:
             continue
         new += 1

@@ -98,7 +98,8 @@ def bucket(score: int) -> str:
 
 
 def confidence_score(confidences: Sequence[float]) -> int:
-    values = [min(1.0, max(0.0, c)) for c in confidences if c is not None and math.isfinite(c)]
+    # Out-of-range values (the API never stores them) are clamped to 0..1; NaN is no value.
+    values = [min(1.0, max(0.0, float(c))) for c in confidences if c is not None and not math.isnan(c)]
     if not values:
         return 0
     return clip(round(MAX_SCORE * (min(values) + sum(values) / len(values)) / 2))
@@ -117,9 +118,16 @@ def maturity_score(hit_count: int, family_maturity: str) -> int:
 
 
 def recency_score(age_days: float | None) -> int:
-    if age_days is None or not math.isfinite(age_days):
+    if age_days is None:
         return 0
-    return clip(MAX_SCORE - min(MAX_SCORE, int(math.log2(1 + max(0.0, age_days)))))
+    try:
+        age = float(age_days)
+    except OverflowError:
+        return 0
+    if math.isnan(age) or age == math.inf:
+        return 0
+    age = max(0.0, age)  # a future timestamp (clock skew) counts as now
+    return clip(MAX_SCORE - min(MAX_SCORE, int(math.log2(1 + age))))
 
 
 def consensus_score(verdicts: Mapping[str, str]) -> int:
@@ -157,7 +165,10 @@ def radar(inputs: DimensionInputs) -> dict[str, dict[str, Any]]:
 def is_radar(value: Any) -> TypeGuard[dict[str, dict[str, Any]]]:
     """A stored snapshot has the six axes with integer scores (older rows may have none)."""
     return isinstance(value, dict) and all(
-        isinstance(value.get(axis), dict) and isinstance(value[axis].get("score"), int) for axis in AXES
+        isinstance(value.get(axis), dict)
+        and isinstance(value[axis].get("score"), int)
+        and not isinstance(value[axis]["score"], bool)
+        for axis in AXES
     )
 
 

@@ -12,9 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.postgres.expressions import ArraySubquery
+from django.contrib.postgres.fields import ArrayField
 from django.db import IntegrityError, connection, models, transaction
-from django.db.models import F, Func, OuterRef
+from django.db.models import F
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -480,6 +481,14 @@ PAGE_STEP_FIELDS = (
     "created_at",
 )
 STEPS_PER_PAGE = 100
+# The positions of a step's extra parents: a correlated subquery of primary-key lookups,
+# in raw SQL because the ORM cannot say "id = ANY(outer array)".
+_EXTRA_PARENT_POSITIONS = RawSQL(
+    "ARRAY(SELECT parent.position FROM reasoning_step parent"
+    " WHERE parent.id = ANY(reasoning_step.extra_parent_ids) ORDER BY parent.position)",
+    (),
+    output_field=ArrayField(models.PositiveIntegerField()),
+)
 
 
 @dataclass(frozen=True)
@@ -505,7 +514,8 @@ def read_flow_page_for_admin(
     Page ``n`` holds positions ``(n - 1) * per_page + 1`` to ``n * per_page`` (positions
     are contiguous from 1, so this is an index range, not an OFFSET scan). Each step
     carries its parents' positions, wherever they are. A flow without steps has one
-    empty page; a page past the last is NotFound, and so is an unknown flow.
+    empty page; a page past the last is NotFound, and so is an unknown flow. The audit
+    event counts the steps read (``step_count``) and names the ``page``.
     """
     flow = ReasoningFlow.objects.filter(pk=flow_id).first()
     if flow is None:
@@ -514,20 +524,13 @@ def read_flow_page_for_admin(
     if not 1 <= page <= page_count:
         raise NotFound(f"flow {flow_id} has no page {page}")
     first = (page - 1) * per_page + 1
-    extra_parent_positions = ArraySubquery(
-        ReasoningStep.objects.filter(
-            pk=Func(OuterRef("extra_parent_ids"), function="ANY", output_field=models.UUIDField())
-        )
-        .order_by("position")
-        .values("position")
-    )
     steps = list(
         ReasoningStep.objects.filter(flow_id=flow_id, position__gte=first, position__lt=first + per_page)
         .order_by("position")
         .values(
             *PAGE_STEP_FIELDS,
             parent_position=F("parent_step__position"),
-            extra_parent_positions=extra_parent_positions,
+            extra_parent_positions=_EXTRA_PARENT_POSITIONS,
         )
     )
     record(Action.ADMIN_FLOW_READ, actor=actor, target=flow, payload={"step_count": len(steps), "page": page})

@@ -1,10 +1,11 @@
 """Pages: the patient's narrative of one decision, and the operator's flow DAG page.
 
-The page asks ``read_narrative`` (the one access rule for this audience) and shows its
-answer with the same status code as the API: 200 the narrative, 202 still working,
-403 a gentle message chosen by ``reason``, 404 unknown or someone else's decision.
-Reads share the API's per-caller throttle (30 per 5 minutes), so the page is not a way
-around it. Every page works without JavaScript.
+The narrative page asks ``read_narrative`` (the one access rule for this audience) and
+shows its answer with the same status code as the API: 200 the narrative, 202 still
+working, 403 a gentle message chosen by ``reason``, 404 unknown or someone else's
+decision. Reads share the API's per-caller throttle (30 per 5 minutes), so the page is
+not a way around it. The flow page is for operators (``operator_required``) and reads
+through ``read_flow_page_for_admin``. Every page works without JavaScript.
 """
 
 from __future__ import annotations

@@ -37,8 +37,8 @@ def test_rows_follow_depth_and_siblings_share_a_row() -> None:
     assert node[2].x != node[3].x
     # Nothing overlaps, and everything fits in the declared size.
     for n in result.nodes:
-        assert 0 <= n.x and n.x + NODE_WIDTH <= result.width
-        assert 0 <= n.y and n.y + NODE_HEIGHT <= result.height
+        assert n.x >= 0 and n.x + NODE_WIDTH <= result.width
+        assert n.y >= 0 and n.y + NODE_HEIGHT <= result.height
 
 
 def test_one_edge_per_parent_and_merge_edges_are_flagged() -> None:
@@ -105,7 +105,7 @@ def test_a_cycle_does_not_hang_and_places_every_step() -> None:
     # The writers forbid cycles; the layout still terminates if one slips through.
     result = layout([(1, 2, [], 1), (2, 1, [], 2), (3, None, [], 3)])
 
-    assert sorted(n.id for n in result.nodes) == [1, 2, 3]
+    assert sorted(n.position for n in result.nodes) == [1, 2, 3]
 
 
 def test_hundred_step_chain_is_one_column() -> None:

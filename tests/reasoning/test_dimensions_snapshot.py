@@ -37,7 +37,11 @@ def flow_url(flow_id: str) -> str:
 
 
 def open_flow(
-    agent: APIClient, *, trigger_type: str = "user_question", trigger_ref: str | None = None, patient: Patient | None = None
+    agent: APIClient,
+    *,
+    trigger_type: str = "user_question",
+    trigger_ref: str | None = None,
+    patient: Patient | None = None,
 ) -> str:
     body: dict[str, Any] = {
         "trigger_type": trigger_type,
@@ -191,7 +195,9 @@ def test_an_active_flow_has_no_snapshot(agent: APIClient) -> None:
         pytest.param([0.3, 0.2, 0.1], 2, 1, id="three_low_steps_capped_at_2"),  # round(7 * 0.3 / 2) = round(1.05)
     ],
 )
-def test_low_confidence_steps_raise_risk(agent: APIClient, confidences: list[float], risk: int, confidence: int) -> None:
+def test_low_confidence_steps_raise_risk(
+    agent: APIClient, confidences: list[float], risk: int, confidence: int
+) -> None:
     flow_id = open_flow(agent)
     for value in confidences:
         add_step(agent, flow_id, confidence=value)

@@ -1,0 +1,436 @@
+"""GET /dashboard/admin/reasoning/<flow_id>: the operator's flow DAG page."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from pytest_django import DjangoAssertNumQueries
+
+from audit.models import AuditEvent
+from patients.models import Patient
+from patients.services import create_patient
+from reasoning import services
+
+pytestmark = pytest.mark.django_db
+
+# Written into every step's private fields: none of it may reach the page.
+INPUT_SECRET = "INPUT-SECRET-7731"
+OUTPUT_SECRET = "OUTPUT-SECRET-9912"
+PII_SECRET = "PII-SECRET-5521"
+COT_SECRET = "COT-SECRET-4410"
+RATIONALE = "RATIONALE-3302 picked the newer guideline"
+
+MakeFlow = Callable[..., uuid.UUID]
+
+
+def page_url(flow_id: object, page: object = None) -> str:
+    return f"/dashboard/admin/reasoning/{flow_id}" + (f"?page={page}" if page is not None else "")
+
+
+def html(response: Any) -> str:
+    return str(response.content.decode())
+
+
+def svg_of(body: str) -> str:
+    match = re.search(r'<svg class="dag-graph".*?</svg>', body, re.S)
+    assert match, "the page has no step graph"
+    return match.group(0)
+
+
+def node_positions(body: str) -> list[int]:
+    return [int(p) for p in re.findall(r'<a class="dag-node[^"]*" href="#step-\d+"[^>]*data-position="(\d+)"', body)]
+
+
+def timeline_positions(body: str) -> list[int]:
+    return [int(p) for p in re.findall(r'<li class="card timeline-step[^"]*" id="step-(\d+)"', body)]
+
+
+@pytest.fixture
+def operator_user() -> Any:
+    return services.create_operator(username="olga.operator", password="correct horse battery", actor="system:test")
+
+
+@pytest.fixture
+def operator_client(operator_user: Any) -> Client:
+    client = Client()
+    client.force_login(operator_user)
+    return client
+
+
+@pytest.fixture
+def patient() -> Patient:
+    return create_patient(
+        username="ada.patient",
+        password="correct horse battery",
+        consent=True,
+        actor="system:test",
+        name="Ada Lovelace",
+        mrn="MRN-4455",
+    )
+
+
+def step_body(position: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": uuid.uuid4(),
+        "kind": "retrieval" if position % 2 else "llm_prompt",
+        "agent": "researcher",
+        "summary_text": f"Step number {position} looked at the guideline",
+        "rationale": RATIONALE,
+        "confidence": 0.9,
+        "latency_ms": 100 + position,
+        "inputs": {"query": INPUT_SECRET, "name": PII_SECRET},
+        "outputs": {"answer": OUTPUT_SECRET},
+        "pii_fields": ["name"],
+        "reasoning_content": COT_SECRET,
+        **extra,
+    }
+
+
+@pytest.fixture
+def make_flow(patient: Patient) -> MakeFlow:
+    """A flow of ``count`` steps about ``patient``: a chain (each step the child of the one
+    before) unless ``parents`` maps a position to its parent positions (primary first).
+    Closed (completed) unless ``close`` is False."""
+
+    def make(
+        count: int = 3,
+        *,
+        parents: Mapping[int, Sequence[int]] | None = None,
+        extra: Mapping[int, dict[str, Any]] | None = None,
+        close: bool = True,
+    ) -> uuid.UUID:
+        flow, _ = services.start_flow(
+            {
+                "trigger_type": "lab_result",
+                "trigger_ref": "labs/42",
+                "trigger_summary": "A new lab result arrived",
+                "trace_id": "trace-abc-123",
+                "session_id": "session-9",
+                "agent": "researcher",
+                "patient_id": patient.pk,
+            },
+            actor="system:test",
+        )
+        items: list[dict[str, Any]] = []
+        for position in range(1, count + 1):
+            wanted = (parents or {}).get(position, [position - 1] if position > 1 else [])
+            ids = [items[p - 1]["id"] for p in wanted]
+            item = step_body(position, **(extra or {}).get(position, {}))
+            if ids:
+                item["parent_step_id"], item["extra_parent_ids"] = ids[0], ids[1:]
+            items.append(item)
+        if items:
+            services.add_steps(flow.pk, items, actor="system:test")
+        if close:
+            services.close_flow(
+                flow.pk,
+                state="completed",
+                actor="system:test",
+                outcome_type="recommendation_delivered",
+                outcome_summary="Suggested a follow-up visit",
+            )
+        return flow.pk
+
+    return make
+
+
+# --- Access --------------------------------------------------------------------------
+
+
+def test_operator_sees_the_page(operator_client: Client, make_flow: MakeFlow) -> None:
+    flow_id = make_flow()
+
+    response = operator_client.get(page_url(flow_id))
+
+    assert response.status_code == 200
+    assert "lab_result flow" in html(response)
+
+
+def test_patient_is_403(patient: Patient, make_flow: MakeFlow) -> None:
+    flow_id = make_flow()
+    client = Client()
+    assert patient.user is not None
+    client.force_login(patient.user)
+
+    response = client.get(page_url(flow_id))
+
+    assert response.status_code == 403
+    body = html(response)
+    assert "Operators only" in body
+    assert "Step number 1" not in body
+
+
+def test_anonymous_is_redirected_to_login(make_flow: MakeFlow) -> None:
+    flow_id = make_flow()
+
+    response = Client().get(page_url(flow_id))
+
+    assert response.status_code == 302
+    assert response["Location"] == f"/accounts/login/?next=/dashboard/admin/reasoning/{flow_id}"
+
+
+@pytest.mark.parametrize("flow_id", [uuid.UUID(int=7), "not-a-uuid", "12345"])
+def test_unknown_or_malformed_flow_is_404_page(operator_client: Client, flow_id: object) -> None:
+    response = operator_client.get(page_url(flow_id))
+
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
+    assert "Flow not found" in html(response)
+    assert not AuditEvent.objects.filter(action="admin.reasoning.flow.read").exists()
+
+
+@pytest.mark.parametrize("page", ["0", "-1", "abc", "2", "1.5", "1_0", "", "99999999999999999999"])
+def test_bad_page_is_404_page(operator_client: Client, make_flow: MakeFlow, page: str) -> None:
+    flow_id = make_flow(3)  # one page only
+
+    response = operator_client.get(page_url(flow_id, page))
+
+    assert response.status_code == 404
+    assert "Flow not found" in html(response)
+
+
+# --- What an operator checks ------------------------------------------------------------
+
+
+def test_header_and_metadata_show_the_flow(operator_client: Client, make_flow: MakeFlow, patient: Patient) -> None:
+    flow_id = make_flow(3)
+
+    body = html(operator_client.get(page_url(flow_id)))
+
+    assert 'data-state="completed"' in body
+    assert "recommendation_delivered" in body
+    assert "Suggested a follow-up visit" in body
+    assert "trace-abc-123" in body
+    assert "session-9" in body
+    assert str(patient.pk) in body
+    assert "3 steps" in body
+    assert "labs/42" in body
+    assert "A new lab result arrived" in body
+    assert "passed: safe to show the patient" in body  # the summary guard's verdict
+    assert re.search(r"<dt>Outcome confidence</dt><dd>0\.90 ", body)
+    assert re.search(r"<dt>Closed</dt><dd><time datetime=\"\d{4}-\d\d-\d\dT", body)
+    assert re.search(r"<dt>Duration</dt><dd>\d+(\.\d)? (ms|s)</dd>", body)
+    # The patient is an opaque id: never their name, MRN or username.
+    assert "Ada Lovelace" not in body
+    assert "MRN-4455" not in body
+    assert "ada.patient" not in body
+
+
+def test_closed_flow_shows_its_radar_snapshot(operator_client: Client, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(3)
+
+    body = html(operator_client.get(page_url(flow_id)))
+
+    assert '<figure class="radar radar-operator radar-expanded">' in body
+    assert 'aria-label="Decision dimensions.' in body
+
+
+def test_active_flow_has_no_radar_and_says_still_open(operator_client: Client, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(2, close=False)
+
+    body = html(operator_client.get(page_url(flow_id)))
+
+    assert 'data-state="active"' in body
+    assert '<figure class="radar' not in body
+    assert "it is taken when the flow closes" in body
+    assert "<dt>Closed</dt><dd>still open</dd>" in body
+    assert "not checked yet" in body
+
+
+def test_timeline_shows_each_step_with_parents_and_back_refs(operator_client: Client, make_flow: MakeFlow) -> None:
+    refs = {
+        "llm_call_log_ref": "llm-log-77",
+        "experiment_trace_ref": "exp-trace-5",
+        "decision_graph_node_ref": "dg-node-3",
+        "memory_claim_ref": "claim-12",
+    }
+    flow_id = make_flow(3, extra={2: refs})
+
+    body = html(operator_client.get(page_url(flow_id)))
+
+    assert timeline_positions(body) == [1, 2, 3]
+    entry = body[body.index('id="step-2"') : body.index('id="step-3"')]
+    assert "#2 llm_prompt" in entry
+    assert "by researcher" in entry
+    assert "Step number 2 looked at the guideline" in entry
+    assert "102 ms" in entry
+    assert "0.90" in entry
+    assert '<dt>After</dt><dd><a href="#step-1">#1</a></dd>' in entry
+    for label, value in [
+        ("LLM call log", "llm-log-77"),
+        ("Experiment trace", "exp-trace-5"),
+        ("Decision graph node", "dg-node-3"),
+        ("Memory claim", "claim-12"),
+    ]:
+        assert f"<dt>{label}</dt><dd><code>{value}</code></dd>" in entry
+    assert re.search(r'<dt>Recorded</dt><dd><time datetime="\d{4}-\d\d-\d\dT[^"]+">', entry)
+    assert f"{len(COT_SECRET)} characters" in entry  # the count of raw reasoning, never the text
+    # Unset back-refs are left out rather than shown empty.
+    step_3 = body[body.index('id="step-3"') :]
+    assert "LLM call log" not in step_3[: step_3.index("</li>")]
+    assert "the trigger (a root step)" in body[body.index('id="step-1"') : body.index('id="step-2"')]
+
+
+def test_flow_without_steps_says_so(operator_client: Client, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(0, close=False)
+
+    response = operator_client.get(page_url(flow_id))
+
+    assert response.status_code == 200
+    body = html(response)
+    assert "No steps have been recorded for this flow." in body
+    assert '<svg class="dag-graph"' not in body
+    assert "0 steps" in body
+
+
+def test_rationale_is_tucked_into_a_details_element(operator_client: Client, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(1)
+
+    body = html(operator_client.get(page_url(flow_id)))
+
+    assert re.search(r"<details class=\"rationale\"><summary>[^<]+</summary><p>" + RATIONALE, body)
+
+
+def test_page_never_shows_inputs_outputs_pii_or_raw_reasoning(operator_client: Client, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(3)
+
+    with CaptureQueriesContext(connection) as queries:
+        body = html(operator_client.get(page_url(flow_id)))
+
+    for secret in (INPUT_SECRET, OUTPUT_SECRET, PII_SECRET, COT_SECRET):
+        assert secret not in body
+    # Not even loaded: no query selects those columns.
+    for column in ("inputs", "outputs", "inputs_pii", "outputs_pii", "reasoning_content"):
+        assert not any(f'."{column}"' in query["sql"] for query in queries.captured_queries), column
+
+
+# --- The graph ---------------------------------------------------------------------------
+
+
+def test_graph_has_a_linked_node_with_a_title_per_step(operator_client: Client, make_flow: MakeFlow) -> None:
+    flow_id = make_flow(3)
+
+    svg = svg_of(html(operator_client.get(page_url(flow_id))))
+
+    assert node_positions(svg) == [1, 2, 3]
+    assert "<title>#2 llm_prompt by researcher: Step number 2 looked at the guideline</title>" in svg
+    assert svg.count('<path class="dag-edge"') == 2  # 1 -> 2 -> 3
+    assert "dag-edge-merge" not in svg
+
+
+def test_merge_step_draws_merge_edges_and_a_marker(operator_client: Client, make_flow: MakeFlow) -> None:
+    # 1 -> 2, 1 -> 3, and 4 merges 2 and 3.
+    flow_id = make_flow(4, parents={2: [1], 3: [1], 4: [2, 3]})
+
+    body = html(operator_client.get(page_url(flow_id)))
+    svg = svg_of(body)
+
+    merge_edges = re.findall(r'<path class="dag-edge dag-edge-merge"[^>]*data-parent="(\d+)" data-child="(\d+)"', svg)
+    assert sorted(merge_edges) == [("2", "4"), ("3", "4")]
+    assert svg.count('class="dag-edge"') == 2  # the plain edges 1 -> 2 and 1 -> 3
+    node_4 = re.search(r'<a class="dag-node dag-node-merge" href="#step-4".*?</a>', svg, re.S)
+    assert node_4 and 'class="dag-merge-label">merge</text>' in node_4.group(0)
+    assert "(merges #2, #3)" in node_4.group(0)
+    entry = body[body.index('id="step-4"') :]
+    assert '<dt>After</dt><dd><a href="#step-2">#2</a>, <a href="#step-3">#3</a></dd>' in entry
+    assert 'class="chip merge-chip">merge</span>' in entry
+
+
+# --- Thousands of steps ------------------------------------------------------------------
+
+
+@pytest.fixture
+def long_flow(make_flow: MakeFlow) -> uuid.UUID:
+    """250 steps in a chain, except that step 230 also merges step 5 (two pages back)."""
+    return make_flow(250, parents={230: [229, 5]})
+
+
+def test_first_page_shows_steps_1_to_100_and_the_pager(operator_client: Client, long_flow: uuid.UUID) -> None:
+    body = html(operator_client.get(page_url(long_flow)))
+
+    assert timeline_positions(body) == list(range(1, 101))
+    assert node_positions(svg_of(body)) == list(range(1, 101))
+    assert "Steps 1\u2013100 of 250" in body
+    assert '<a href="?page=2" rel="next">' in body
+    assert 'rel="prev"' not in body
+    assert "page 1 of 3" in body
+    assert "dag-stub" not in svg_of(body).replace('class="dag-stubs"', "")
+
+
+def test_last_page_shows_201_to_250_with_stubs_to_earlier_parents(
+    operator_client: Client, long_flow: uuid.UUID
+) -> None:
+    body = html(operator_client.get(page_url(long_flow, 3)))
+    svg = svg_of(body)
+
+    assert timeline_positions(body) == list(range(201, 251))
+    assert node_positions(svg) == list(range(201, 251))
+    assert "Steps 201\u2013250 of 250" in body
+    assert '<a href="?page=2" rel="prev">' in body
+    assert 'rel="next"' not in body
+    # Step 201's parent (200) and step 230's extra parent (5) are on earlier pages: stubs,
+    # labelled and linked to the page that holds them.
+    stubs = re.findall(r'<g class="dag-stub" data-parent="(\d+)" data-child="(\d+)">', svg)
+    assert sorted(stubs) == [("200", "201"), ("5", "230")]
+    assert '<a href="?page=2#step-200"><title>' in svg
+    assert ">#200</text>" in svg
+    assert '<a href="?page=1#step-5"><title>' in svg
+    assert re.search(r'<line class="dag-edge dag-edge-stub dag-edge-merge"[^>]*/>', svg)  # 230 is a merge
+    entry = body[body.index('id="step-230"') :]
+    assert '<a href="#step-229">#229</a>, <a href="?page=1#step-5">#5</a>' in entry
+
+
+def test_graph_never_has_more_than_100_nodes(operator_client: Client, long_flow: uuid.UUID) -> None:
+    for page in (1, 2, 3):
+        svg = svg_of(html(operator_client.get(page_url(long_flow, page))))
+        assert len(re.findall(r'<a class="dag-node[ "]', svg)) <= 100
+
+
+# --- Audit and queries ---------------------------------------------------------------------
+
+
+def test_read_is_audited_once_with_the_operator_as_actor(
+    operator_client: Client, operator_user: Any, long_flow: uuid.UUID
+) -> None:
+    operator_client.get(page_url(long_flow, 3))
+
+    event = AuditEvent.objects.filter(action="admin.reasoning.flow.read").get()
+    assert event.actor == f"user:{operator_user.pk}"
+    assert event.target_type == "reasoning.reasoningflow"
+    assert event.target_id == str(long_flow)
+    assert event.payload == {"step_count": 50, "page": 3}
+
+
+def test_refused_reads_are_not_audited(patient: Patient, make_flow: MakeFlow) -> None:
+    flow_id = make_flow()
+    client = Client()
+    assert patient.user is not None
+    client.force_login(patient.user)
+
+    client.get(page_url(flow_id))
+    Client().get(page_url(flow_id))
+
+    assert not AuditEvent.objects.filter(action="admin.reasoning.flow.read").exists()
+
+
+@pytest.mark.parametrize("count", [5, 250])
+def test_query_count_does_not_grow_with_the_steps(
+    operator_client: Client, make_flow: MakeFlow, count: int, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    # A merge on the page, so the extra-parent subquery has something to find.
+    flow_id = make_flow(count, parents={4: [3, 1]})
+
+    # 1 session, 2 user (the operator gate); read_flow_page_for_admin: 3 savepoint,
+    # 4 the flow, 5 the page's steps with their parents' positions (one join, one array
+    # subquery), 6 the audit event, 7 release.
+    with django_assert_num_queries(7):
+        response = operator_client.get(page_url(flow_id))
+
+    assert response.status_code == 200
