@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+
+from pathways.jobs import backfill_embeddings
 from pathways.models import Pathway
 from pathways.services import disqualifier, extract_pathway, record_hit
 from reasoning.models import ReasoningFlow
@@ -24,4 +27,9 @@ def load_demo_data() -> str:
         new += 1
         for _ in range(index % 5):
             record_hit(pathway.pk, actor=DEMO_ACTOR)
-    return f"{Pathway.objects.filter(seed_flow__trace_id__startswith='demo-trace-').count()} pathways ({new} new)"
+    # Embed them now (the hourly backfill would) so semantic matching works at once.
+    embedded = 0
+    if Pathway.objects.needing_embedding(settings.PATHWAY_EMBEDDING_MODEL).exists():
+        embedded = backfill_embeddings()
+    total = Pathway.objects.filter(seed_flow__trace_id__startswith="demo-trace-").count()
+    return f"{total} pathways ({new} new, {embedded} embedded)"
