@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import date
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -257,3 +258,20 @@ def test_non_patient_post_is_403(non_patient_client: Client) -> None:
     assert response.status_code == 403
     assert "not linked to a patient record" in response.content.decode()
     assert consent_events() == []
+
+
+def test_profile_page_query_count(patient_client: Client, django_assert_num_queries: Any) -> None:
+    # 1 the session, 2 the user, 3 the patient (id, user and consent only: no PHI columns).
+    with django_assert_num_queries(3):
+        response = patient_client.get(PROFILE)
+
+    assert response.status_code == 200
+
+
+def test_consent_toggle_query_count(patient_client: Client, django_assert_num_queries: Any) -> None:
+    # 1 the session, 2 the user, 3 the patient; the service: 4 savepoint, 5 the
+    # conditional update of consent, 6 the audit event, 7 release.
+    with django_assert_num_queries(7):
+        response = patient_client.post(CONSENT, {"consent": "on"}, headers={"HX-Request": "true"})
+
+    assert response.status_code == 200
