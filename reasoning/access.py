@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from rest_framework import exceptions
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
@@ -95,7 +96,9 @@ def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRe
     @wraps(view)
     def gated(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
+            # After logging in the browser GETs `next`: a form's POST-only URL would be a 405.
+            safe = request.method in ("GET", "HEAD")
+            return redirect_to_login(request.get_full_path() if safe else reverse("dashboard"))
         if not is_operator(request.user):
             return render(request, "reasoning/operator_forbidden.html", status=403)
         return view(request, *args, **kwargs)
