@@ -164,7 +164,15 @@ def _comparison_context(request: HttpRequest) -> dict[str, Any]:
 @operator_required
 @require_safe
 def candidates_partial(request: HttpRequest) -> HttpResponse:
-    return render(request, "research_backlog/_candidates.html", _candidates_context(request, _query(request)))
+    """A new search: the candidates, an emptied comparison panel (out of band), and the
+    console's own address with the query in the browser's history, so a reload or a
+    shared link shows the same candidates."""
+    query = _query(request)
+    context = {**_candidates_context(request, query), "fresh_search": True}
+    response = render(request, "research_backlog/_candidates.html", context)
+    if not query["error"]:
+        response["HX-Push-Url"] = _console_url(query["trigger_type"], query["trigger_ref"])
+    return response
 
 
 @operator_required

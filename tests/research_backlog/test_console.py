@@ -491,6 +491,14 @@ def test_candidates_partial_lists_the_same_candidates(operator_client: Client, l
     assert not fragment.select("html")  # a fragment, not a page
     assert [row.one("span", "score").text for row in candidate_rows(fragment)] == ["1.00", "0.70", "0.30"]
     assert len(events(MATCH_PROXY)) == 1
+    # The address bar gets the console's own URL with the query (a reload shows the same
+    # candidates), and the previous search's comparison is emptied out of band.
+    assert response["HX-Push-Url"] == "/dashboard/admin/reasoning/research-console?" + urlencode(
+        {"trigger_type": "lab_result", "trigger_ref": "labs/potassium"}
+    )
+    cleared = fragment.by_id("comparison")
+    assert cleared.attrs["hx-swap-oob"] == "true"
+    assert cleared.text.strip() == ""
 
 
 def test_bad_trigger_type_is_400_with_the_error_and_no_match(
