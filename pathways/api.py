@@ -14,8 +14,7 @@ from rest_framework.views import APIView
 from audit.actions import Action
 from audit.services import record
 from pathways import services
-from pathways.matcher import Candidate, active_client, check_query, match
-from pathways.radar import candidate_radars
+from pathways.matcher import Candidate
 from pathways.stats import pathway_stats
 from reasoning.api import ERRORS, parse_limit, parse_uuid
 from reasoning.auth import IsAdmin, actor_of
@@ -61,24 +60,11 @@ class PathwayMatchView(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        trigger_type = params.get("trigger_type", "")
-        trigger_ref = params.get("trigger_ref", "")
-        check_query(trigger_type, trigger_ref)
         limit = parse_limit(params.get("limit"), default=10, maximum=MAX_MATCH_LIMIT)
-        candidates = match(trigger_type, trigger_ref, client=active_client(), limit=limit)
-        with transaction.atomic():
-            record(
-                Action.PATHWAY_MATCH_REQUESTED,
-                actor=actor_of(request),
-                target=None,
-                payload={
-                    "trigger_type": trigger_type,
-                    "count": len(candidates),
-                    "top_reason": candidates[0].reason if candidates else None,
-                },
-            )
-        radars = candidate_radars([c.pathway for c in candidates])
-        body = [candidate_representation(c, radar) for c, radar in zip(candidates, radars, strict=True)]
+        ranked = services.ranked_candidates(
+            params.get("trigger_type", ""), params.get("trigger_ref", ""), actor=actor_of(request), limit=limit
+        )
+        body = [candidate_representation(candidate, radar) for candidate, radar in ranked]
         return Response({"candidates": body})
 
 

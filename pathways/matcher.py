@@ -114,21 +114,9 @@ def match(trigger_type: str, trigger_ref: str, *, client: EmbeddingClient | None
     return ranked[:limit]
 
 
-# What ranking, the route and the candidates' radars (pathways.radar) need; the vector
-# stays in the database. A field missing here costs one query per candidate.
-CANDIDATE_FIELDS = (
-    "id",
-    "trigger_type",
-    "trigger_ref",
-    "hit_count",
-    "embedding_model",
-    "seed_flow_id",
-    "confidence",
-    "step_kinds",
-    "last_hit_at",
-    "created_at",
-    "demoted_at",
-)
+# What ranking and the route need; the vector and the rest stay in the database (the
+# candidates' radars load their inputs for the final few in one query: pathways.radar).
+CANDIDATE_FIELDS = ("id", "trigger_type", "trigger_ref", "hit_count", "embedding_model")
 
 
 def _structural_candidates(
@@ -177,8 +165,8 @@ def _semantic_candidates(trigger_type: str, model_name: str, vector: list[float]
         rows = list(
             Pathway.objects.raw(
                 """
-                SELECT id, trigger_type, trigger_ref, hit_count, embedding_model, seed_flow_id, confidence,
-                       step_kinds, last_hit_at, created_at, demoted_at, 1 - (embedding <=> %s::vector) AS cosine
+                SELECT id, trigger_type, trigger_ref, hit_count, embedding_model, demoted_at,
+                       1 - (embedding <=> %s::vector) AS cosine
                 FROM pathways_pathway
                 WHERE trigger_type = %s AND demoted_at IS NULL AND embedding_model = %s
                   AND embedding IS NOT NULL

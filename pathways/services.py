@@ -13,7 +13,9 @@ from django.utils import timezone
 from audit.actions import Action
 from audit.services import record
 from config.errors import Conflict, NotFound
+from pathways.matcher import Candidate, active_client, check_query, match
 from pathways.models import Pathway
+from pathways.radar import candidate_radars
 from reasoning.models import ReasoningFlow, ReasoningStep
 
 logger = logging.getLogger(__name__)
@@ -98,3 +100,30 @@ def record_hit(pathway_id: uuid.UUID, *, actor: str, action: Action = Action.PAT
         raise Conflict(f"pathway {pathway_id} is demoted ({pathway.demotion_reason}); it cannot be reused")
     record(action, actor=actor, target=pathway, payload={"hit_count": pathway.hit_count})
     return pathway
+
+
+def ranked_candidates(
+    trigger_type: str,
+    trigger_ref: str,
+    *,
+    actor: str,
+    limit: int = 10,
+    action: Action = Action.PATHWAY_MATCH_REQUESTED,
+) -> list[tuple[Candidate, dict[str, Any]]]:
+    """Match for an operator: the ranked candidates, each with its radar, audited with the
+    count and the top reason only (the API as ``reasoning.pathway.match_requested``, the
+    Research Console as ``admin.reasoning.pathway.match.proxy``). Read-only: no hit."""
+    check_query(trigger_type, trigger_ref)
+    found = match(trigger_type, trigger_ref, client=active_client(), limit=limit)
+    radars = candidate_radars([candidate.pathway for candidate in found])
+    with transaction.atomic():
+        record(
+            action,
+            actor=actor,
+            payload={
+                "trigger_type": trigger_type,
+                "count": len(found),
+                "top_reason": found[0].reason if found else None,
+            },
+        )
+    return list(zip(found, radars, strict=True))

@@ -50,9 +50,9 @@ class ReasoningFlow(models.Model):
     abort_reason = models.CharField(max_length=200, blank=True, default="")
     # What the agent measured about its result (composite_k, evidence_hits, verdict, ...):
     # read by the research-backlog producers at close. Labels and numbers only.
-    outcome_metrics = models.JSONField(default=dict, blank=True)
+    outcome_metrics = models.JSONField(default=dict, blank=True, db_default=models.Value({}, models.JSONField()))
     # The loop-break marker: a flow run on behalf of a backlog request never enqueues more work.
-    dispatched_from_backlog = models.BooleanField(default=False)
+    dispatched_from_backlog = models.BooleanField(default=False, db_default=False)
     # The Decision Dimensions radar computed at close (reasoning.dimensions): what the
     # system believed when it decided. Null for flows closed before snapshots existed.
     dimensions_snapshot = models.JSONField(null=True, blank=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.validators import RegexValidator
-from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -17,8 +16,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit.actions import Action
-from audit.services import record
 from config.errors import InvalidInput
 from reasoning.api import ERRORS, parse_limit, parse_uuid
 from reasoning.auth import IsAdmin, actor_of
@@ -211,14 +208,7 @@ class BacklogStatusView(APIView):
         responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
     )
     def get(self, request: Request) -> Response:
-        report = health.backlog_status()
-        with transaction.atomic():
-            record(
-                Action.ADMIN_RESEARCH_BACKLOG_READ,
-                actor=actor_of(request),
-                payload={"total": report["total"], "loop_health": report["loop_health"]["verdict"]},
-            )
-        return Response(report)
+        return Response(health.read_backlog_status(actor=actor_of(request)))
 
 
 class ClaimReviewCollectionView(APIView):
@@ -235,13 +225,7 @@ class ClaimReviewCollectionView(APIView):
     )
     def get(self, request: Request) -> Response:
         limit = parse_limit(request.query_params.get("limit"), default=100, maximum=MAX_PENDING_LIST)
-        queue = health.claims_pending_review(limit=limit)
-        with transaction.atomic():
-            record(
-                Action.ADMIN_CLAIM_REVIEW_LISTED,
-                actor=actor_of(request),
-                payload={"pending_count": queue["pending_count"], "recent_count": len(queue["recent_resolutions"])},
-            )
+        queue = health.read_review_queue(actor=actor_of(request), limit=limit)
         return Response(
             {
                 "pending": [review_representation(entry) for entry in queue["pending"]],

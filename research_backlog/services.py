@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from audit.actions import Action
@@ -66,27 +66,23 @@ def enqueue(
     """
     if reason not in ResearchRequest.Reason.values:
         raise InvalidInput(f"must be one of {', '.join(ResearchRequest.Reason.values)}", field="reason")
+    fields = {
+        "trigger_type": trigger_type,
+        "trigger_ref": trigger_ref,
+        "question": question,
+        "reason": reason,
+        "source": source,
+        "requested_by": actor,
+        "dispatched_from_backlog": dispatched_from_backlog,
+    }
     with transaction.atomic():
-        if source_flow_id is not None:
-            existing = ResearchRequest.objects.filter(source_flow_id=source_flow_id).first()
-            if existing is not None:
-                return existing, False
-        try:
-            with transaction.atomic():  # savepoint: a concurrent producer for the same flow wins
-                row = ResearchRequest.objects.create(
-                    trigger_type=trigger_type,
-                    trigger_ref=trigger_ref,
-                    question=question,
-                    reason=reason,
-                    source=source,
-                    requested_by=actor,
-                    dispatched_from_backlog=dispatched_from_backlog,
-                    source_flow_id=source_flow_id,
-                )
-        except IntegrityError:
-            if source_flow_id is None:
-                raise
-            return ResearchRequest.objects.get(source_flow_id=source_flow_id), False
+        if source_flow_id is None:
+            row = ResearchRequest.objects.create(**fields)
+        else:
+            # get_or_create retries the read when a concurrent producer for the same flow wins.
+            row, created = ResearchRequest.objects.get_or_create(source_flow_id=source_flow_id, defaults=fields)
+            if not created:
+                return row, False
         record(
             Action.RESEARCH_DEEPER_REQUEST_CREATED,
             actor=actor,
@@ -262,21 +258,19 @@ def mark_claim_for_review(
     terminal) returns that entry unchanged. Audits ``reasoning.claims_pending_review.marked``.
     """
     with transaction.atomic():
-        existing = ClaimReview.objects.filter(claim_id=claim_id).first()
-        if existing is not None:
-            return existing, False
-        try:
-            with transaction.atomic():  # savepoint: a concurrent mark of the same claim wins
-                entry = ClaimReview.objects.create(
-                    claim_id=claim_id,
-                    trigger_type=trigger_type,
-                    reason=reason,
-                    source=source,
-                    source_flow_id=source_flow_id,
-                    marked_by=actor,
-                )
-        except IntegrityError:
-            return ClaimReview.objects.get(claim_id=claim_id), False
+        # get_or_create retries the read when a concurrent mark of the same claim wins.
+        entry, created = ClaimReview.objects.get_or_create(
+            claim_id=claim_id,
+            defaults={
+                "trigger_type": trigger_type,
+                "reason": reason,
+                "source": source,
+                "source_flow_id": source_flow_id,
+                "marked_by": actor,
+            },
+        )
+        if not created:
+            return entry, False
         record(
             Action.CLAIM_REVIEW_MARKED,
             actor=actor,

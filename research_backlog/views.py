@@ -23,7 +23,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -31,10 +30,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST, require_safe
 
 from audit.actions import Action
-from audit.services import record
 from config.errors import Conflict, InvalidInput, NotFound
 from pathways import services as pathway_services
-from pathways.matcher import active_client, check_query, match
+from pathways.matcher import check_query
 from pathways.models import Pathway
 from pathways.radar import candidate_radars
 from patients.access import user_actor
@@ -105,23 +103,18 @@ def _candidates_context(request: HttpRequest, query: dict[str, Any]) -> dict[str
     """Ranked candidates with radars, audited as the operator's match (counts only)."""
     if not query["trigger_type"] or query["error"]:
         return {"query": query, "searched": False}
-    found = match(query["trigger_type"], query["trigger_ref"], client=active_client(), limit=CANDIDATE_LIMIT)
-    radars = candidate_radars([c.pathway for c in found])
-    with transaction.atomic():
-        record(
-            Action.ADMIN_PATHWAY_MATCH_PROXY,
-            actor=_actor(request),
-            payload={
-                "trigger_type": query["trigger_type"],
-                "count": len(found),
-                "top_reason": found[0].reason if found else None,
-            },
-        )
+    ranked = pathway_services.ranked_candidates(
+        query["trigger_type"],
+        query["trigger_ref"],
+        actor=_actor(request),
+        limit=CANDIDATE_LIMIT,
+        action=Action.ADMIN_PATHWAY_MATCH_PROXY,
+    )
     candidates = [
         {"rank": rank, "candidate": c, "pathway": c.pathway, "dimensions": radar}
-        for rank, (c, radar) in enumerate(zip(found, radars, strict=True), start=1)
+        for rank, (c, radar) in enumerate(ranked, start=1)
     ]
-    strong = any(c.score >= REUSE_THRESHOLD for c in found)
+    strong = any(c.score >= REUSE_THRESHOLD for c, _ in ranked)
     return {
         "query": query,
         "searched": True,
@@ -237,13 +230,7 @@ def trigger_deeper_research(request: HttpRequest) -> HttpResponse:
 
 
 def _backlog_context(request: HttpRequest) -> dict[str, Any]:
-    report = health.backlog_status()
-    with transaction.atomic():
-        record(
-            Action.ADMIN_RESEARCH_BACKLOG_READ_PROXY,
-            actor=_actor(request),
-            payload={"total": report["total"], "loop_health": report["loop_health"]["verdict"]},
-        )
+    report = health.read_backlog_status(actor=_actor(request), action=Action.ADMIN_RESEARCH_BACKLOG_READ_PROXY)
     return {
         "backlog": report,
         "oldest_pending": age_text(report["oldest_pending_age_seconds"]),
@@ -261,14 +248,7 @@ def backlog_partial(request: HttpRequest) -> HttpResponse:
 
 
 def _reviews_context(request: HttpRequest) -> dict[str, Any]:
-    queue = health.claims_pending_review(limit=REVIEW_LIMIT)
-    with transaction.atomic():
-        record(
-            Action.ADMIN_CLAIM_REVIEW_LISTED,
-            actor=_actor(request),
-            payload={"pending_count": queue["pending_count"], "recent_count": len(queue["recent_resolutions"])},
-        )
-    return {"reviews": queue}
+    return {"reviews": health.read_review_queue(actor=_actor(request), limit=REVIEW_LIMIT)}
 
 
 @operator_required
