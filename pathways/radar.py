@@ -5,22 +5,22 @@ A candidate's inputs: its seed flow's weakest-step confidence, the seed's eviden
 and the pathway's distinct step kinds (Coverage), its hit count and its trigger family's
 maturity (Maturity), days since the last reuse or creation (Recency), the seed flow's
 verdicts (Consensus), and demotion plus aborted flows with the same trigger (Risk).
-Candidates are scored in four queries, whatever their number.
+Candidates are scored in two queries, whatever their number.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Q
 from django.utils import timezone
 
 from pathways.models import MATURE_ACTIVE, MATURE_HIT_COUNT, Pathway, maturity
 from reasoning.dimensions import LOW_CONFIDENCE, DimensionInputs, radar
-from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.models import ReasoningFlow
 from reasoning.radar import VERDICT_KIND, LibraryFacts, evidence_hits_of, verdicts_of
 
 
@@ -47,9 +47,22 @@ def family_maturity(trigger_types: Sequence[str]) -> dict[str, str]:
         return {kind: maturity(active, int(high_hit)) for kind, active, high_hit in cursor.fetchall()}
 
 
-# A radar's inputs, loaded for the final candidates in one query (with the seed flow's metrics).
-RADAR_FIELDS = (
-    "id",
+# Every radar input of the given pathways in one statement: the pathway's own fields,
+# its seed flow's metrics, the seed's verdict steps (agent and verdict label, in order)
+# and the aborted flows with its trigger (the partial index reasoning_flow_aborted_trigger).
+RADAR_INPUTS_SQL = """
+SELECT p.id, p.trigger_type, p.trigger_ref, p.hit_count, p.confidence, p.step_kinds,
+       p.last_hit_at, p.created_at, p.demoted_at, p.seed_flow_id, f.outcome_metrics,
+       (SELECT coalesce(json_agg(json_build_array(s.agent, s.outputs -> 'verdict') ORDER BY s.position), '[]')
+          FROM reasoning_step s WHERE s.flow_id = p.seed_flow_id AND s.kind = %s) AS verdicts,
+       (SELECT count(*) FROM reasoning_flow a
+         WHERE a.trigger_type = p.trigger_type AND a.trigger_ref = p.trigger_ref AND a.flow_state = %s) AS aborted
+  FROM pathways_pathway p LEFT JOIN reasoning_flow f ON f.id = p.seed_flow_id
+ WHERE p.id = ANY(%s)
+"""
+# Filled in on the given pathways, so callers that show them (last_hit_at, step_kinds)
+# do not fetch them one pathway at a time.
+RADAR_ATTRIBUTES = (
     "trigger_type",
     "trigger_ref",
     "hit_count",
@@ -59,9 +72,7 @@ RADAR_FIELDS = (
     "created_at",
     "demoted_at",
     "seed_flow_id",
-    "seed_flow__outcome_metrics",
 )
-RADAR_ATTRIBUTES = [name for name in RADAR_FIELDS if "__" not in name and name != "id"]
 
 
 def library_facts(flow: ReasoningFlow) -> LibraryFacts:
@@ -75,54 +86,39 @@ def library_facts(flow: ReasoningFlow) -> LibraryFacts:
 
 
 def candidate_radars(pathways: Sequence[Pathway], *, now: datetime | None = None) -> list[dict[str, dict[str, Any]]]:
-    """One radar per pathway, in order, in four queries whatever their number: the radar
-    fields with the seed flows' metrics, the families' maturity, the seeds' verdict
-    steps, and the aborted flows sharing their triggers. The given pathways get the
-    radar fields filled in."""
+    """One radar per pathway, in order, in two queries whatever their number (the inputs,
+    then the families' maturity). The given pathways get the radar fields filled in."""
     if not pathways:
         return []
     now = now or timezone.now()
-    loaded = Pathway.objects.select_related("seed_flow").only(*RADAR_FIELDS).in_bulk([p.pk for p in pathways])
+    with connection.cursor() as cursor:
+        cursor.execute(RADAR_INPUTS_SQL, [VERDICT_KIND, ReasoningFlow.State.ABORTED.value, [p.pk for p in pathways]])
+        columns = [column.name for column in cursor.description or ()]
+        rows = {row["id"]: row for row in (dict(zip(columns, values, strict=True)) for values in cursor.fetchall())}
+    for row in rows.values():
+        # Django has psycopg hand JSON over as text (JSONField parses it); so do we.
+        for name in ("outcome_metrics", "verdicts"):
+            if isinstance(row[name], str):
+                row[name] = json.loads(row[name])
     for given in pathways:
-        # The matcher loads a few fields only; fill in the rest so callers that show them
-        # (last_hit_at, step_kinds) do not fetch them one pathway at a time.
         for name in RADAR_ATTRIBUTES:
-            setattr(given, name, getattr(loaded[given.pk], name))
-    pathways = [loaded[p.pk] for p in pathways]
+            setattr(given, name, rows[given.pk][name])
     families = family_maturity([p.trigger_type for p in pathways])
-    seed_ids = {p.seed_flow_id for p in pathways if p.seed_flow_id}
-    metrics = {p.seed_flow_id: p.seed_flow.outcome_metrics for p in pathways if p.seed_flow_id and p.seed_flow}
-    verdict_rows: dict[Any, list[tuple[str, Any]]] = {}
-    for flow_id, agent, outputs in (
-        ReasoningStep.objects.filter(flow_id__in=seed_ids, kind=VERDICT_KIND)
-        .order_by("flow_id", "position")
-        .values_list("flow_id", "agent", "outputs")
-    ):
-        verdict_rows.setdefault(flow_id, []).append((agent, outputs))
-    triggers = Q()
-    for p in pathways:
-        triggers |= Q(trigger_type=p.trigger_type, trigger_ref=p.trigger_ref)
-    aborted = {
-        (row["trigger_type"], row["trigger_ref"]): row["n"]
-        for row in ReasoningFlow.objects.filter(triggers, flow_state=ReasoningFlow.State.ABORTED)
-        .values("trigger_type", "trigger_ref")
-        .annotate(n=Count("pk"))
-        .order_by()
-    }
     radars = []
     for p in pathways:
+        row = rows[p.pk]
         last_used = p.last_hit_at or p.created_at
         radars.append(
             radar(
                 DimensionInputs(
                     step_confidences=[p.confidence],
-                    evidence_hits=evidence_hits_of(metrics.get(p.seed_flow_id)),
+                    evidence_hits=evidence_hits_of(row["outcome_metrics"]),
                     distinct_step_kinds=len(set(p.step_kinds)),
                     hit_count=p.hit_count,
                     family_maturity=families.get(p.trigger_type, "sparse"),
                     age_days=max(0.0, (now - last_used).total_seconds() / 86400),
-                    verdicts=verdicts_of(verdict_rows.get(p.seed_flow_id, [])),
-                    aborted_siblings=aborted.get((p.trigger_type, p.trigger_ref), 0),
+                    verdicts=verdicts_of((agent, {"verdict": label}) for agent, label in row["verdicts"]),
+                    aborted_siblings=row["aborted"],
                     demoted=p.demoted_at is not None,
                     low_confidence_steps=int(p.confidence < LOW_CONFIDENCE),
                     guard_failed=False,  # only guard-passed flows seed pathways

@@ -235,16 +235,16 @@ def library_of(size: int, trigger_type: str | None = None) -> list[Pathway]:
 
 
 @pytest.mark.parametrize("size", [2, 10])
-def test_candidate_radars_runs_four_queries_whatever_the_number_of_candidates(
+def test_candidate_radars_runs_two_queries_whatever_the_number_of_candidates(
     size: int, django_assert_num_queries: Callable[..., Any]
 ) -> None:
     pathways = library_of(size)
 
-    # 1. family maturity: active / high-hit counts per trigger type of the candidates
-    # 2. the seed flows' outcome_metrics (evidence hits)
-    # 3. the seed flows' verdict steps (consensus)
-    # 4. aborted flows per (trigger_type, trigger_ref) of the candidates (risk)
-    with django_assert_num_queries(4):
+    # 1. the inputs: each pathway's fields, its seed flow's outcome_metrics (evidence
+    #    hits), the seed's verdict steps (consensus) and the aborted flows with its
+    #    trigger (risk)
+    # 2. family maturity: bounded active / high-hit probes per trigger type
+    with django_assert_num_queries(2):
         radars = candidate_radars(pathways)
 
     assert len(radars) == size
@@ -260,14 +260,14 @@ def match_query_count(operator: APIClient, trigger_type: str, size: int) -> int:
     return len(queries.captured_queries)
 
 
-def test_candidate_radars_on_matcher_output_runs_four_queries(
+def test_candidate_radars_on_matcher_output_runs_two_queries(
     django_assert_num_queries: Callable[..., Any],
 ) -> None:
     library_of(10)
     candidates = match(QUERY_TYPE, "", client=None, limit=50)
     assert len(candidates) == 5
 
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(2):
         candidate_radars([c.pathway for c in candidates])
 
 

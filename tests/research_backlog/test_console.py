@@ -1350,12 +1350,12 @@ def test_find_form_submitted_plainly_lists_candidates(operator_client: Client, l
 # 1 session, 2 operator (user).
 AUTH = 2
 # match(): 1 the trigger type's most reused, 2 the ref and its ancestors, 3 its siblings,
-# 4 its children (each loads every field the radars need: no per-candidate query);
-# 5 SAVEPOINT, 6 set_config(hnsw.ef_search, hnsw.iterative_scan), 7 the nearest
-# embeddings (raw), 8 RELEASE; candidate_radars(): 9 family maturity, 10 the seed flows'
-# metrics, 11 their verdict steps, 12 aborted flows with the same triggers; the match
-# audit: 13 SAVEPOINT, 14 the event with its chainer queue row, 15 RELEASE.
-CANDIDATES_QUERIES = 15
+# 4 its children; 5 SAVEPOINT, 6 set_config(hnsw.ef_search, hnsw.iterative_scan), 7 the
+# nearest embeddings (raw), 8 RELEASE; candidate_radars(): 9 every radar input of the
+# final candidates in one statement (their fields, seed metrics, verdicts, aborted
+# siblings), 10 family maturity; the match audit: 11 SAVEPOINT, 12 the event with its
+# chainer queue row, 13 RELEASE.
+CANDIDATES_QUERIES = 13
 # backlog_status(): 1 counts by status, 2 counts by retries, 3 oldest pending, 4 oldest
 # dispatched, 5 recent failure count, 6 recent failure rows; the read audit: 7 SAVEPOINT,
 # 8 the event, 9 RELEASE.
@@ -1363,9 +1363,9 @@ BACKLOG_QUERIES = 9
 # claims_pending_review(): 1 the oldest pending, 2 their count, 3 the recent resolutions;
 # the listing audit: 4 SAVEPOINT, 5 the event, 6 RELEASE.
 REVIEWS_QUERIES = 6
-# The compare partial: 1 the two pathways; candidate_radars(): 2 family maturity, 3 seed
-# flows' metrics, 4 verdict steps, 5 aborted flows. (Reading a comparison is not audited.)
-COMPARE_QUERIES = 5
+# The compare partial: 1 the two pathways; candidate_radars(): 2 their radar inputs,
+# 3 family maturity. (Reading a comparison is not audited.)
+COMPARE_QUERIES = 3
 
 QUERY = {"trigger_type": "lab_result", "trigger_ref": "labs/test-0"}
 
@@ -1386,7 +1386,7 @@ def test_page_with_a_query_query_count(
     for n in range(reviews):
         make_review(f"claim-{n}")
 
-    # AUTH 2 + CANDIDATES 15 + BACKLOG 9 + REVIEWS 6 = 32, however many candidates or claims.
+    # AUTH 2 + CANDIDATES 13 + BACKLOG 9 + REVIEWS 6 = 30, however many candidates or claims.
     with django_assert_num_queries(AUTH + CANDIDATES_QUERIES + BACKLOG_QUERIES + REVIEWS_QUERIES):
         response = operator_client.get(CONSOLE, QUERY)
 
@@ -1418,7 +1418,7 @@ def test_candidates_partial_query_count(
 ) -> None:
     make_candidates(size, embedded=embedded)
 
-    # AUTH 2 + CANDIDATES 15 = 17: no query per candidate (an N+1 here would add 6 each).
+    # AUTH 2 + CANDIDATES 13 = 15: no query per candidate.
     with django_assert_num_queries(AUTH + CANDIDATES_QUERIES):
         response = operator_client.get(CANDIDATES, QUERY, headers=HTMX)
 
@@ -1432,7 +1432,7 @@ def test_compare_partial_query_count(
 ) -> None:
     first, second = make_candidates(2)
 
-    with django_assert_num_queries(AUTH + COMPARE_QUERIES):  # 7
+    with django_assert_num_queries(AUTH + COMPARE_QUERIES):  # 5
         response = operator_client.get(COMPARE, {"compare": [str(first.pk), str(second.pk)]}, headers=HTMX)
 
     assert "Pick:" in doc(response).text
