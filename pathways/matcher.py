@@ -146,12 +146,13 @@ def _structural_candidates(
         ]
     found: dict[object, Pathway] = {}
     similarity: dict[object, float] = {}
-    for source in sources:
-        for pathway in source:
-            found.setdefault(pathway.pk, pathway)
-            cosine = getattr(pathway, "cosine", None)
-            if cosine is not None:
-                similarity[pathway.pk] = float(cosine)
+    # One round trip: UNION ALL of the sources, each keeping its own ORDER BY and LIMIT.
+    combined = sources[0].union(*sources[1:], all=True) if len(sources) > 1 else sources[0]
+    for pathway in combined:
+        found.setdefault(pathway.pk, pathway)
+        cosine = getattr(pathway, "cosine", None)
+        if cosine is not None:
+            similarity[pathway.pk] = float(cosine)
     return found, similarity
 
 

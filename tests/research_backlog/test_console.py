@@ -1349,13 +1349,13 @@ def test_find_form_submitted_plainly_lists_candidates(operator_client: Client, l
 
 # 1 session, 2 operator (user).
 AUTH = 2
-# match(): 1 the trigger type's most reused, 2 the ref and its ancestors, 3 its siblings,
-# 4 its children; 5 SAVEPOINT, 6 set_config(hnsw.ef_search, hnsw.iterative_scan), 7 the
-# nearest embeddings (raw), 8 RELEASE; candidate_radars(): 9 every radar input of the
-# final candidates in one statement (their fields, seed metrics, verdicts, aborted
-# siblings), 10 family maturity; the match audit: 11 SAVEPOINT, 12 the event with its
-# chainer queue row, 13 RELEASE.
-CANDIDATES_QUERIES = 13
+# match(): 1 the structural candidates in one UNION ALL (the trigger type's most reused,
+# the ref and its ancestors, its siblings, its children); 2 SAVEPOINT, 3 set_config
+# (hnsw.ef_search, hnsw.iterative_scan), 4 the nearest embeddings (raw), 5 RELEASE;
+# candidate_radars(): 6 every radar input of the final candidates in one statement
+# (their fields, seed metrics, verdicts, aborted siblings), 7 family maturity; the match
+# audit: 8 SAVEPOINT, 9 the event with its chainer queue row, 10 RELEASE.
+CANDIDATES_QUERIES = 10
 # backlog_status(): 1 counts by status, 2 counts by retries, 3 oldest pending, 4 oldest
 # dispatched, 5 recent failure count, 6 recent failure rows; the read audit: 7 SAVEPOINT,
 # 8 the event, 9 RELEASE.
@@ -1386,7 +1386,7 @@ def test_page_with_a_query_query_count(
     for n in range(reviews):
         make_review(f"claim-{n}")
 
-    # AUTH 2 + CANDIDATES 13 + BACKLOG 9 + REVIEWS 6 = 30, however many candidates or claims.
+    # AUTH 2 + CANDIDATES 10 + BACKLOG 9 + REVIEWS 6 = 27, however many candidates or claims.
     with django_assert_num_queries(AUTH + CANDIDATES_QUERIES + BACKLOG_QUERIES + REVIEWS_QUERIES):
         response = operator_client.get(CONSOLE, QUERY)
 
@@ -1418,7 +1418,7 @@ def test_candidates_partial_query_count(
 ) -> None:
     make_candidates(size, embedded=embedded)
 
-    # AUTH 2 + CANDIDATES 13 = 15: no query per candidate.
+    # AUTH 2 + CANDIDATES 10 = 12: no query per candidate.
     with django_assert_num_queries(AUTH + CANDIDATES_QUERIES):
         response = operator_client.get(CANDIDATES, QUERY, headers=HTMX)
 
