@@ -106,7 +106,9 @@ class FlowDetailView(APIView):
         summary="Read the patient narrative of a decision",
         description="For the patient the decision is about: a `reasoning.read` token bound to that patient, or "
         "the patient's logged-in session. 200: trigger summary, step cards (agent label, summary, time), outcome "
-        "summary, disclaimer. 202 while the flow is still running (with the step count so far). 403 (with a "
+        "summary, `dimensions` (the Decision Dimensions radar with the patient's labels: the snapshot taken at "
+        "close, `source: snapshot`, or computed for older flows, `source: computed`), disclaimer. 202 while the "
+        "flow is still running (with the step count so far). 403 (with a "
         "`reason`: `not_patient`, `no_consent`, `unsafe_summary`) when the caller is not a patient, has not "
         "opted in, or a summary failed the guard. 404 when the decision is unknown *or about someone else* "
         "(existence is not revealed). 429 past 30 reads per 5 minutes per caller. "
@@ -130,7 +132,9 @@ class FlowDetailView(APIView):
         operation_id="flows_close",
         summary="Complete or abort a flow",
         description="Needs `reasoning.write`. Audits `reasoning.flow.completed` or `reasoning.flow.aborted`; "
-        "sets `outcome_confidence` to the lowest step confidence. 409 when the flow is already closed.",
+        "sets `outcome_confidence` to the lowest step confidence and stores the Decision Dimensions radar as "
+        "`dimensions_snapshot`. `outcome_metrics` (composite_k, evidence_hits, verdict, claim_id, "
+        "rejection_reason) feed the research-backlog producers. 409 when the flow is already closed.",
         parameters=[FLOW_ID],
         request=FlowCloseSerializer,
         responses={200: FlowSerializer, 404: ERROR, 409: ERROR, **ERRORS},
