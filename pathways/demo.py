@@ -13,23 +13,23 @@ DEMO_ACTOR = "system:demo"
 
 
 def load_demo_data() -> str:
-    """Extract a pathway from every qualifying demo flow (idempotent); a new pathway gets
-    a few reuses, so the library shows growing and mature families."""
+    """Extract a pathway from every qualifying demo flow (closing a flow usually has done
+    it already), then give the demo pathways a few reuses once, so the library shows
+    mature and growing families. Idempotent."""
     flows = ReasoningFlow.objects.filter(trace_id__startswith="demo-trace-", flow_state=ReasoningFlow.State.COMPLETED)
     new = 0
-    for index, flow in enumerate(flows.order_by("created_at")):
+    for flow in flows.order_by("created_at"):
         # Only qualifying flows without a pathway: a skipped extraction would audit again on every run.
         if disqualifier(flow) is not None or Pathway.objects.filter(seed_flow_id=flow.pk).exists():
             continue
-        pathway = extract_pathway(flow.pk, actor=DEMO_ACTOR)
-        if pathway is None:
-            continue
-        new += 1
-        for _ in range(index % 5):
-            record_hit(pathway.pk, actor=DEMO_ACTOR)
+        new += extract_pathway(flow.pk, actor=DEMO_ACTOR) is not None
+    demo = Pathway.objects.filter(seed_flow__trace_id__startswith="demo-trace-").order_by("seed_flow__created_at")
+    if not demo.filter(hit_count__gt=0).exists():
+        for index, pathway_id in enumerate(demo.values_list("pk", flat=True)):
+            for _ in range(index % 5):
+                record_hit(pathway_id, actor=DEMO_ACTOR)
     # Embed them now (the hourly backfill would) so semantic matching works at once.
     embedded = 0
     if Pathway.objects.needing_embedding(settings.PATHWAY_EMBEDDING_MODEL).exists():
         embedded = backfill_embeddings()
-    total = Pathway.objects.filter(seed_flow__trace_id__startswith="demo-trace-").count()
-    return f"{total} pathways ({new} new, {embedded} embedded)"
+    return f"{demo.count()} pathways ({new} new, {embedded} embedded)"
