@@ -49,6 +49,15 @@ def _describe(label: str, axis: str, score: int, bucket: str) -> str:
     return f"{label}: {score} of {MAX_SCORE}, {bucket}{caution}"
 
 
+def _label_lines(label: str, width: int = 12) -> list[str]:
+    """A long label on two lines, split at the space nearest its middle, so it fits the margin."""
+    if len(label) <= width or " " not in label:
+        return [label]
+    middle = len(label) / 2
+    cut = min((i for i, char in enumerate(label) if char == " "), key=lambda i: abs(i - middle))
+    return [label[:cut], label[cut + 1 :]]
+
+
 def _frame(labels: Mapping[str, str], *, width: int, labelled: bool = True) -> dict[str, Any]:
     """The rings, spokes and label positions; a compact chart has no labels and no margin."""
     pad = PAD if labelled else 0
@@ -58,7 +67,9 @@ def _frame(labels: Mapping[str, str], *, width: int, labelled: bool = True) -> d
         label_x, label_y = _point(i, MAX_SCORE * 1.22)
         anchor = "middle" if abs(label_x - CENTRE) < 1 else ("start" if label_x > CENTRE else "end")
         axes.append({"axis": axis, "label": labels[axis], "x": end_x, "y": end_y})
-        axes[-1].update(lx=label_x, ly=label_y, anchor=anchor)
+        lines = _label_lines(labels[axis])
+        # Multi-line labels are centred on the label point: the first line starts half a line up.
+        axes[-1].update(lx=label_x, ly=label_y, anchor=anchor, lines=lines, first_dy=f"{-0.6 * (len(lines) - 1)}em")
     return {
         "viewbox": f"{-pad} 0 {VIEW + 2 * pad} {VIEW}",
         "size": width,

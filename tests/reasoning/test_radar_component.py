@@ -94,7 +94,8 @@ def classes(element: ET.Element) -> set[str]:
 
 
 def texts(figure: ET.Element) -> list[str]:
-    return [text.text or "" for text in figure.iter(f"{SVG}text")]
+    # A long label is drawn as <tspan> lines; the words read back joined by spaces.
+    return [" ".join(part.strip() for part in text.itertext() if part.strip()) for text in figure.iter(f"{SVG}text")]
 
 
 # --- One radar ------------------------------------------------------------------------------------
