@@ -24,8 +24,6 @@ import re
 from dataclasses import dataclass
 
 from django.db import connection, transaction
-from django.db.models import Case, FloatField, When
-from pgvector.django import CosineDistance
 
 from config.errors import InvalidInput
 from pathways.embeddings import EmbeddingClient, EmbeddingError, build_embedding_client, pathway_text
@@ -116,43 +114,48 @@ def match(trigger_type: str, trigger_ref: str, *, client: EmbeddingClient | None
 
 # What ranking and the route need; the vector and the rest stay in the database (the
 # candidates' radars load their inputs for the final few in one query: pathways.radar).
-CANDIDATE_FIELDS = ("id", "trigger_type", "trigger_ref", "hit_count", "embedding_model")
+CANDIDATE_COLUMNS = "id, trigger_type, trigger_ref, hit_count, embedding_model, demoted_at"
+_ACTIVE_OF_TYPE = "FROM pathways_pathway WHERE trigger_type = %s AND demoted_at IS NULL"
 
 
 def _structural_candidates(
     trigger_type: str, trigger_ref: str, model_name: str | None, vector: list[float] | None
 ) -> tuple[dict[object, Pathway], dict[object, float]]:
     """Pathways related by ref or reuse, each with its cosine to ``vector`` when it has a
-    same-model embedding (computed in the same queries: no second round trip)."""
-    active = Pathway.objects.active().filter(trigger_type=trigger_type).only(*CANDIDATE_FIELDS)
+    same-model embedding (computed in the same statement: no second round trip).
+
+    One statement, UNION ALL of: the type's most reused; with a ref, the ref and its
+    ancestors, its siblings and its children (all prefix_ref or better). Raw SQL: the ORM
+    spent longer compiling the four parts (each with the 256-d vector) than Postgres
+    spent running them.
+    """
     if model_name is not None and vector is not None:
-        active = active.annotate(
-            cosine=Case(
-                When(embedding_model=model_name, embedding__isnull=False, then=1 - CosineDistance("embedding", vector)),
-                default=None,
-                output_field=FloatField(),
-            )
-        )
-    sources = [active.order_by("-hit_count")[:CANDIDATES_PER_SOURCE]]
+        cosine = "CASE WHEN embedding_model = %s AND embedding IS NOT NULL THEN 1 - (embedding <=> %s::vector) END"
+        cosine_params: list[object] = [model_name, _literal(vector)]
+    else:
+        cosine, cosine_params = "NULL::double precision", []
+    select = f"SELECT {CANDIDATE_COLUMNS}, {cosine} AS cosine {_ACTIVE_OF_TYPE}"
+    parts = [f"({select} ORDER BY hit_count DESC LIMIT %s)"]
+    params: list[object] = [*cosine_params, trigger_type, CANDIDATES_PER_SOURCE]
     if trigger_ref:
         ref = trigger_ref.rstrip("/")
-        parts = ref.split("/")
-        lineage = [trigger_ref] + ["/".join(parts[:n]) for n in range(1, len(parts))]
-        # The ref and its ancestors, its siblings, its children: all prefix_ref or better.
-        sources += [
-            active.filter(trigger_ref__in=lineage),
-            active.filter(parent_ref=parent_ref(ref)).order_by("-hit_count")[:CANDIDATES_PER_SOURCE],
-            active.filter(parent_ref=ref).order_by("-hit_count")[:CANDIDATES_PER_SOURCE],
+        pieces = ref.split("/")
+        lineage = [trigger_ref] + ["/".join(pieces[:n]) for n in range(1, len(pieces))]
+        parts += [
+            f"({select} AND trigger_ref = ANY(%s))",
+            f"({select} AND parent_ref = %s ORDER BY hit_count DESC LIMIT %s)",
+            f"({select} AND parent_ref = %s ORDER BY hit_count DESC LIMIT %s)",
         ]
+        params += [*cosine_params, trigger_type, lineage]
+        params += [*cosine_params, trigger_type, parent_ref(ref), CANDIDATES_PER_SOURCE]
+        params += [*cosine_params, trigger_type, ref, CANDIDATES_PER_SOURCE]
     found: dict[object, Pathway] = {}
     similarity: dict[object, float] = {}
-    # One round trip: UNION ALL of the sources, each keeping its own ORDER BY and LIMIT.
-    combined = sources[0].union(*sources[1:], all=True) if len(sources) > 1 else sources[0]
-    for pathway in combined:
+    for pathway in Pathway.objects.raw(" UNION ALL ".join(parts), params):
         found.setdefault(pathway.pk, pathway)
-        cosine = getattr(pathway, "cosine", None)
-        if cosine is not None:
-            similarity[pathway.pk] = float(cosine)
+        value = getattr(pathway, "cosine", None)
+        if value is not None:
+            similarity[pathway.pk] = float(value)
     return found, similarity
 
 
