@@ -1,4 +1,5 @@
-"""Demo rows for ``load_demo``: a backlog in every state and claims waiting for review."""
+"""Demo rows for ``load_demo``: research requests (pending, dispatched, completed, failed) and
+claims waiting for review."""
 
 from __future__ import annotations
 
