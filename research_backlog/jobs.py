@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -15,7 +16,7 @@ from django.conf import settings
 from audit.services import job_run
 from config.errors import Conflict, InvalidInput
 from research_backlog import services
-from research_backlog.dispatcher import Dispatcher, build_dispatcher
+from research_backlog.dispatcher import Dispatcher, DispatchResult, build_dispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -70,16 +71,19 @@ def consume(dispatcher: Dispatcher | None = None, *, limit: int | None = None) -
                 counts["accepted"] += 1
                 continue
             try:
-                try:
-                    services.complete(row.pk, actor=CONSUMER_ACTOR, flow_id=result.flow_id, error=result.error)
-                except InvalidInput:  # the dispatcher named a flow this service never recorded
-                    services.complete(row.pk, actor=CONSUMER_ACTOR, error="dispatcher_unknown_flow")
-                    counts["failed"] += 1
-                    continue
+                counts[_report(row.pk, result)] += 1
             except Conflict:
                 # The sweep took the row back while the dispatcher ran; it will be pulled again.
                 logger.warning("research request %s was no longer dispatched when its dispatch returned", row.pk)
                 counts["lost"] += 1
-                continue
-            counts["failed" if result.error else "completed"] += 1
     return counts
+
+
+def _report(request_id: uuid.UUID, result: DispatchResult) -> str:
+    """Record the dispatcher's answer; return the count it goes to. Conflict propagates."""
+    try:
+        services.complete(request_id, actor=CONSUMER_ACTOR, flow_id=result.flow_id, error=result.error)
+    except InvalidInput:  # the dispatcher named a flow this service never recorded
+        services.complete(request_id, actor=CONSUMER_ACTOR, error="dispatcher_unknown_flow")
+        return "failed"
+    return "failed" if result.error else "completed"

@@ -12,6 +12,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoi
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
+from tests.fakes import Sleeps
 
 # Installed before any instrument records: reasoning.metrics' proxy instruments bind to it.
 METRIC_READER = InMemoryMetricReader()
@@ -112,3 +113,9 @@ def flow(agent: APIClient) -> Iterator[dict[str, Any]]:
     )
     assert response.status_code == 201, response.content
     yield response.json()
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    """Pass as a retrying client's ``sleep``: records the waits instead of sleeping."""
+    return Sleeps()

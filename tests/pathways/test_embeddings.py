@@ -31,6 +31,7 @@ from pathways.embeddings import (
     minilm_projection,
     pathway_text,
 )
+from tests.fakes import Sleeps
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SENSITIVE = "Jane Roe, 1962-04-01, chest pain after the biopsy"
@@ -122,21 +123,6 @@ def error_body(client_class: VendorClass, message: str) -> dict[str, Any]:
     if client_class is OpenAIEmbedding:
         return {"error": {"message": message, "type": "invalid_request_error"}}
     return {"detail": message}
-
-
-@dataclass
-class Sleeps:
-    """Records the back-off waits instead of sleeping."""
-
-    waits: list[float] = field(default_factory=list)
-
-    def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
-
-
-@pytest.fixture
-def sleeps() -> Sleeps:
-    return Sleeps()
 
 
 def connect(client_class: VendorClass, vendor: FakeVendor, sleeps: Sleeps) -> OpenAIEmbedding | VoyageEmbedding:

@@ -29,6 +29,7 @@ from audit.models import AuditEvent
 from research_backlog import jobs, services
 from research_backlog.dispatcher import DispatchResult, NoDispatcher, WebhookDispatcher, build_dispatcher
 from research_backlog.models import ResearchRequest
+from tests.fakes import Sleeps
 
 pytestmark = pytest.mark.django_db
 
@@ -130,21 +131,6 @@ def fake() -> Iterator[FakeDispatcher]:
     server.shutdown()
     server.server_close()
     thread.join()
-
-
-@dataclass
-class Sleeps:
-    """Records the back-off waits instead of sleeping."""
-
-    waits: list[float] = field(default_factory=list)
-
-    def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
-
-
-@pytest.fixture
-def sleeps() -> Sleeps:
-    return Sleeps()
 
 
 MakeDispatcher = Callable[..., WebhookDispatcher]
