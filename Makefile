@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint fmt setup db browser bench bench-matcher clean
+.PHONY: run stop test lint fmt setup db browser wrk bench bench-matcher clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ run: db
 	$(BIN)/python manage.py load_demo
 	$(BIN)/python manage.py collectstatic --no-input --verbosity 0
 	PORT=$(PORT) $(BIN)/python scripts/run.py
+
+# Stops what `make run` started (also from another terminal), then the embedded Postgres.
+stop:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python scripts/stop.py; else echo "nothing to stop (no $(VENV))"; fi
 
 lint: setup
 	$(BIN)/ruff check .
@@ -51,8 +55,16 @@ browser:
 test: lint db browser
 	CHROMIUM=$(CHROMIUM) $(BIN)/pytest
 
+# The write-path benchmark drives the API with Debian's wrk: install it when missing.
+wrk:
+	@if ! command -v wrk >/dev/null; then \
+		echo "Installing Debian's wrk for the benchmark"; \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk >/dev/null; \
+	fi
+
 # The write path, then the matcher (100k pathways; BENCH_LARGE=1 for 1M).
-bench: db
+bench: db wrk
 	$(BIN)/python scripts/bench_write_path.py
 	$(BIN)/python scripts/bench_matcher.py
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.api import not_found
@@ -20,6 +21,8 @@ urlpatterns = [
     path("", include("reasoning.page_urls")),
     path("", include("patients.urls")),
     path("dashboard/", dashboard_home, name="dashboard"),
+    # The address `make run` prints: send people to where a login lands.
+    path("", RedirectView.as_view(pattern_name="dashboard"), name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
     # Unknown API paths under /admin/v1/ are JSON 404s, not Django admin's login redirect.

@@ -1,25 +1,67 @@
-"""Start the web server, the job worker and the audit chainer; Ctrl-C stops all three.
+"""Start the web server, the job worker and the audit chainer, and keep them running.
 
-Used by ``make run``. The web server is gunicorn on 127.0.0.1:$PORT (default 8000).
+Used by ``make run``; ``make stop`` (``scripts/stop.py``) or Ctrl-C stops everything.
+
+* The web server is gunicorn on 127.0.0.1:$PORT (default 8000).
+* Each child runs in its own session (process group). A Ctrl-C in the terminal then
+  reaches this supervisor alone, which stops every group as a whole: the worker's
+  forked processes go with it, whenever the Ctrl-C comes (even while a child is still
+  starting up and has not installed its own signal handlers).
+* A child that exits on its own is restarted after a back-off (1 s, doubling to 30 s,
+  reset once it has stayed up for a minute), so one crash (a database restart, say)
+  does not take the others down.
+* The supervisor's pid and its children's process groups are kept in ``.data/run.json``
+  (``$RFT_DATA_DIR/run.json`` when set)
+  so ``make stop`` can stop them from another terminal, orphans included.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+DEFAULT_STATE_FILE = Path(os.environ.get("RFT_DATA_DIR") or ROOT / ".data") / "run.json"
+
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 30.0
+# A child that stayed up this long is considered healthy again: its back-off resets.
+STABLE_AFTER_S = 60.0
+STOP_GRACE_S = 15.0
+# How long a group's remaining processes get to exit after their leader before SIGKILL.
+ORPHAN_GRACE_S = 2.0
 
 
-def main() -> int:
-    port = os.environ.get("PORT", "8000")
-    workers = os.environ.get("WEB_CONCURRENCY", "3")
-    commands = {
+@dataclass
+class Child:
+    name: str
+    command: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    backoff_s: float = BACKOFF_FIRST_S
+    restart_at: float | None = None
+    restarts: int = field(default=0)
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.command, cwd=ROOT, start_new_session=True)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def commands(port: str, workers: str) -> dict[str, list[str]]:
+    return {
         "web": [
             str(BIN / "gunicorn"),
             "config.wsgi",
@@ -33,33 +75,129 @@ def main() -> int:
         "worker": [sys.executable, "manage.py", "qcluster"],
         "chainer": [sys.executable, "manage.py", "audit_chainer"],
     }
-    procs = {name: subprocess.Popen(cmd, cwd=ROOT) for name, cmd in commands.items()}
-    print(f"Reasoning Flow Tracker on http://127.0.0.1:{port}/  (API docs: /api/docs/)  Ctrl-C to stop", flush=True)
 
-    def stop(signum: int = signal.SIGTERM, frame: object = None) -> None:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    status = 0
+def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    # The child leads its own process group (start_new_session): signal all of it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
+
+
+def stop_all(children: list[Child]) -> None:
+    """SIGTERM each child, wait for it, then SIGKILL whatever is left in its group.
+
+    The signal goes to the child alone, not its group: django-q2's cluster stops its own
+    processes in order, and takes far longer when every one of them is signalled at once.
+    What remains in a group once its leader is gone (forks of a child that died while
+    starting up) is an orphan, so it is killed.
+    """
+    running = [c.proc for c in children if c.proc is not None]
+    for proc in running:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+    for proc in running:
+        _wait_for_group(proc.pid, ORPHAN_GRACE_S)
+        signal_group(proc, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+
+def _wait_for_group(pgid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.1)
+
+
+def write_state(state_file: Path, children: list[Child]) -> None:
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    state = {"supervisor": os.getpid(), "groups": {c.name: c.proc.pid for c in children if c.proc is not None}}
+    tmp = state_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state))
+    tmp.replace(state_file)
+
+
+def clear_state(state_file: Path) -> None:
     try:
-        while all(proc.poll() is None for proc in procs.values()):
-            time.sleep(0.5)
-        for name, proc in procs.items():
-            if proc.poll() not in (None, 0, -signal.SIGTERM):
-                print(f"{name} exited with status {proc.returncode}; stopping the others", file=sys.stderr)
-                status = 1
+        state = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return
+    if state.get("supervisor") == os.getpid():
+        state_file.unlink(missing_ok=True)
+
+
+def supervise(state_file: Path, children: list[Child], stopping: list[bool]) -> None:
+    """Restart children that exit, with back-off, until asked to stop."""
+    while not stopping:
+        now = time.monotonic()
+        changed = False
+        for child in children:
+            if child.alive():
+                if now - child.started_at >= STABLE_AFTER_S:
+                    child.backoff_s = BACKOFF_FIRST_S
+                continue
+            if child.restart_at is None:
+                assert child.proc is not None
+                child.restart_at = now + child.backoff_s
+                print(
+                    f"{child.name} exited with status {child.proc.returncode}; restarting in {child.backoff_s:g} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                child.backoff_s = min(child.backoff_s * 2, BACKOFF_MAX_S)
+            elif now >= child.restart_at:
+                child.start()
+                child.restarts += 1
+                changed = True
+        if changed:
+            write_state(state_file, children)
+        time.sleep(0.2)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--state-file", type=Path, default=DEFAULT_STATE_FILE, help="Where to record the pids.")
+    state_file: Path = parser.parse_args().state_file
+    port = os.environ.get("PORT", "8000")
+    workers = os.environ.get("WEB_CONCURRENCY", "3")
+    stopping: list[bool] = []
+
+    def request_stop(signum: int, frame: object) -> None:
+        stopping.append(True)
+
+    # Handlers first: a Ctrl-C while the children start must still stop all of them.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, request_stop)
+
+    children = [Child(name, command) for name, command in commands(port, workers).items()]
+    try:
+        for child in children:
+            if stopping:
+                break
+            child.start()
+        write_state(state_file, children)
+        if not stopping:
+            print(
+                f"Reasoning Flow Tracker on http://127.0.0.1:{port}/  (API docs: /api/docs/)  "
+                "Ctrl-C or `make stop` to stop",
+                flush=True,
+            )
+            supervise(state_file, children, stopping)
     finally:
-        stop()
-        deadline = time.monotonic() + 15
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-    return status
+        # No second Ctrl-C may interrupt the shutdown half-way and leave orphans.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
+        stop_all(children)
+        clear_state(state_file)
+    print("stopped", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
