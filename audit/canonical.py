@@ -63,6 +63,10 @@ def link_hash(prev_hash: str, position: int, event_id: int, canonical: bytes) ->
 # --- Rebuilding the bytes from stored JSON ---------------------------------------------
 
 
+# The string encoder json.dumps(..., ensure_ascii=False) itself uses.
+_encode_string = json.encoder.encode_basestring
+
+
 class NumberText(str):
     """A JSON number kept as the exact text it was written with (``1.0`` stays ``1.0``)."""
 
@@ -84,12 +88,12 @@ def dump_exact(value: Any) -> str:
     if isinstance(value, NumberText):
         return str(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return _encode_string(value)
     if isinstance(value, list):
-        return "[" + ",".join(dump_exact(item) for item in value) + "]"
+        return "[" + ",".join([dump_exact(item) for item in value]) + "]"
     if isinstance(value, dict):
         items = sorted(value.items())
-        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{dump_exact(v)}" for k, v in items) + "}"
+        return "{" + ",".join([f"{_encode_string(k)}:{dump_exact(v)}" for k, v in items]) + "}"
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 

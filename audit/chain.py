@@ -475,6 +475,7 @@ def _altered(
     }
     if dump_exact(rebuilt_document).encode() == stored:
         return None
+    # Slow path, only for a break: name the first column that differs.
     try:
         stored_document = load_exact(stored.decode())
     except ValueError:
