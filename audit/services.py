@@ -161,6 +161,19 @@ def _check_float(key: str, value: float) -> None:
         )
 
 
+def payload_float(value: float | None) -> float | int | None:
+    """The nearest number ``record()`` accepts for a float the caller does not control
+    (a client's confidence, a computed ratio): below 1e-4 in magnitude it is rounded to
+    four decimals (0.0 or ±0.0001), -0.0 becomes 0.0, from 1e16 on it becomes an integer."""
+    if value is None or not math.isfinite(value):
+        return value
+    if abs(value) >= 1e16:
+        return int(value)
+    if "e" in float.__repr__(value):
+        value = round(value, 4)
+    return value + 0.0  # -0.0 + 0.0 is 0.0
+
+
 @contextmanager
 def job_run(job: str, *, actor: str, payload: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
     """Audit one run of a scheduled job: ``memory.job.<job>.started``, then ``.completed``
