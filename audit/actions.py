@@ -80,6 +80,10 @@ class Action(StrEnum):
     API_TOKEN_REVOKED = "auth.api_token.revoked"
     OPERATOR_CREATED = "auth.operator.created"
 
+    # The audit chain itself: a queue row the chainer could not link (payload: reason only;
+    # the target is the event sequence number the row named).
+    AUDIT_CHAIN_QUEUE_ROW_SKIPPED = "audit.chain.queue_row_skipped"
+
     # Scheduled jobs: lifecycle of each run
     JOB_FLOW_DECAY_STARTED = "memory.job.reasoning_flow_decay.started"
     JOB_FLOW_DECAY_COMPLETED = "memory.job.reasoning_flow_decay.completed"

@@ -1,7 +1,9 @@
 """Canonical encoding of an audit event: what the chain hashes.
 
 The encoding must be reproducible from the stored columns, so ``audit_verify`` can
-recompute it and notice any altered column.
+rebuild it and compare it byte for byte with the stored canonical bytes. The exact
+form is specified in ``docs/audit-log.md``; ``record()`` refuses payloads whose bytes
+could not be rebuilt from the jsonb column (see ``audit.services``).
 """
 
 from __future__ import annotations
@@ -17,15 +19,38 @@ GENESIS_HASH = "0" * 64
 def canonical_bytes(
     *, action: str, actor: str, target_type: str, target_id: str, payload: Any, created_at: datetime
 ) -> bytes:
-    document = {
+    return json.dumps(
+        canonical_document(
+            action=action,
+            actor=actor,
+            target_type=target_type,
+            target_id=target_id,
+            payload=payload,
+            created_at=created_at,
+        ),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    ).encode()
+
+
+def canonical_document(
+    *, action: str, actor: str, target_type: str, target_id: str, payload: Any, created_at: datetime
+) -> dict[str, Any]:
+    return {
         "action": action,
         "actor": actor,
-        "created_at": created_at.astimezone(UTC).isoformat(),
+        "created_at": format_created_at(created_at),
         "payload": payload,
         "target_id": target_id,
         "target_type": target_type,
     }
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def format_created_at(created_at: datetime) -> str:
+    # ISO 8601 in UTC with "+00:00"; ".ffffff" only when the microseconds are not zero.
+    return created_at.astimezone(UTC).isoformat()
 
 
 def link_hash(prev_hash: str, position: int, event_id: int, canonical: bytes) -> str:
@@ -33,3 +58,44 @@ def link_hash(prev_hash: str, position: int, event_id: int, canonical: bytes) ->
     digest.update(f"{prev_hash}|{position}|{event_id}|".encode())
     digest.update(canonical)
     return digest.hexdigest()
+
+
+# --- Rebuilding the bytes from stored JSON ---------------------------------------------
+
+
+# The string encoder json.dumps(..., ensure_ascii=False) itself uses.
+_encode_string = json.encoder.encode_basestring
+
+
+class NumberText(str):
+    """A JSON number kept as the exact text it was written with (``1.0`` stays ``1.0``)."""
+
+
+def load_exact(text: str | bytes) -> Any:
+    """Parse JSON keeping every number as its literal text, so re-encoding is lossless."""
+    return json.loads(text, parse_int=NumberText, parse_float=NumberText, parse_constant=_refuse_constant)
+
+
+def dump_exact(value: Any) -> str:
+    """Encode a value parsed by ``load_exact`` the way ``canonical_bytes`` encodes it:
+    keys sorted by code point, no whitespace, non-ASCII kept, numbers as written."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, NumberText):
+        return str(value)
+    if isinstance(value, str):
+        return _encode_string(value)
+    if isinstance(value, list):
+        return "[" + ",".join([dump_exact(item) for item in value]) + "]"
+    if isinstance(value, dict):
+        items = sorted(value.items())
+        return "{" + ",".join([f"{_encode_string(k)}:{dump_exact(v)}" for k, v in items]) + "}"
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")

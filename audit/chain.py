@@ -3,39 +3,60 @@
 Chaining (``chain_pending``):
   1. Take the chainer's advisory lock (transaction-scoped), so exactly one chainer
      appends at a time, across every process and host.
-  2. Remove up to ``batch_size`` committed events from ``audit_pending``, oldest first.
-  3. Read the chain head, then append one link per event in sequence order.
-  4. Commit: the queue rows and the links go together, so no event is linked twice
+  2. Remove up to ``batch_size`` committed events from ``audit_pending``, oldest first
+     (the queue's trigger admits the DELETE only in a transaction that set
+     ``audit.chainer``, see migration 0003).
+  3. Skip, and audit, queue rows that name an event that is already linked or does not
+     exist: one stray row must not block every later event.
+  4. Read the chain head, then append one link per event in sequence order.
+  5. Commit: the queue rows and the links go together, so no event is linked twice
      or dropped.
 
-Verification (``verify_chain``) walks the links in position order with a server-side
-cursor (constant memory) and checks, for each link: the position is the next one,
-``prev_hash`` is the previous link's hash, the event exists, its columns match its
-canonical bytes, and the hash recomputes. Events that are in no link are reported
-as the pending tail when queued for the chainer and as breaks otherwise.
+Verification (``verify_chain``) reads everything in one repeatable-read, read-only
+snapshot. It walks the links in position order with a server-side cursor (constant
+memory) and checks, for each link: the position is the next one, ``prev_hash`` is the
+previous link's hash, the event exists, the hash recomputes from its canonical bytes,
+and the canonical bytes rebuilt from its columns equal the stored ones byte for byte.
+Then it checks every event in no link the same way (those must be queued), and the
+queue itself (rows without an event, rows for linked events). ``docs/audit-log.md``
+lists every break it names.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
+import logging
+import math
+import time
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from decimal import Decimal
+from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection, transaction
+from django.utils import timezone
 
-from audit.canonical import GENESIS_HASH, link_hash
+from audit.actions import Action
+from audit.canonical import GENESIS_HASH, dump_exact, format_created_at, link_hash, load_exact
+from audit.services import record
+
+logger = logging.getLogger(__name__)
 
 # Arbitrary constant that names the chainer's advisory lock.
 CHAINER_LOCK_KEY = 0x52465443  # "RFTC"
+# Held (shared) by every running chainer loop for its lifetime, so the scheduled job can
+# tell whether a dedicated chainer is already polling.
+CHAINER_LOOP_LOCK_KEY = 0x5246544C  # "RFTL"
+
+# The transaction-local setting that lets the chainer, and only it, delete queue rows.
+CHAINER_SETTING = "audit.chainer"
 
 
 def chain_pending(batch_size: int = 1000, *, wait: bool = True) -> int:
-    """Link one batch of committed events; return how many were linked.
+    """Link one batch of committed events; return how many queue rows were consumed.
 
     With ``wait=False`` the call returns 0 at once when another chainer holds the lock.
+    Stray queue rows count as consumed (so ``chain_all`` keeps going past them).
     """
     with transaction.atomic(durable=True), connection.cursor() as cursor:
         if wait:
@@ -45,6 +66,7 @@ def chain_pending(batch_size: int = 1000, *, wait: bool = True) -> int:
             locked = cursor.fetchone()
             if not locked or not locked[0]:
                 return 0
+        cursor.execute("SELECT set_config(%s, 'on', true)", [CHAINER_SETTING])
         cursor.execute(
             """
             DELETE FROM audit_pending
@@ -56,31 +78,183 @@ def chain_pending(batch_size: int = 1000, *, wait: bool = True) -> int:
         event_ids = sorted(row[0] for row in cursor.fetchall())
         if not event_ids:
             return 0
-        cursor.execute("SELECT id, canonical FROM audit_event WHERE id = ANY(%s) ORDER BY id", [event_ids])
-        events = cursor.fetchall()
-        cursor.execute("SELECT position, hash FROM audit_chain_link ORDER BY position DESC LIMIT 1")
-        head = cursor.fetchone()
-        position, prev_hash = (head[0], head[1]) if head else (0, GENESIS_HASH)
-        now = datetime.now(UTC)
-        links = []
-        for event_id, canonical in events:
-            position += 1
-            digest = link_hash(prev_hash, position, event_id, bytes(canonical))
-            links.append((position, event_id, prev_hash, digest, now))
-            prev_hash = digest
-        cursor.executemany(
-            "INSERT INTO audit_chain_link (position, event_id, prev_hash, hash, linked_at) VALUES (%s, %s, %s, %s, %s)",
-            links,
+        cursor.execute(
+            """
+            SELECT e.id, e.canonical, l.position IS NOT NULL
+            FROM audit_event e LEFT JOIN audit_chain_link l ON l.event_id = e.id
+            WHERE e.id = ANY(%s) ORDER BY e.id
+            """,
+            [event_ids],
         )
-        return len(links)
+        rows = cursor.fetchall()
+        found = {row[0] for row in rows}
+        events = [(event_id, canonical) for event_id, canonical, linked in rows if not linked]
+        for event_id, _, linked in rows:
+            if linked:
+                _skip_queue_row(event_id, "already_linked")
+        for event_id in event_ids:
+            if event_id not in found:
+                _skip_queue_row(event_id, "event_missing")
+        if events:
+            cursor.execute("SELECT position, hash FROM audit_chain_link ORDER BY position DESC LIMIT 1")
+            head = cursor.fetchone()
+            position, prev_hash = (head[0], head[1]) if head else (0, GENESIS_HASH)
+            now = timezone.now()
+            links = []
+            for event_id, canonical in events:
+                position += 1
+                digest = link_hash(prev_hash, position, event_id, bytes(canonical))
+                links.append((position, event_id, prev_hash, digest, now))
+                prev_hash = digest
+            cursor.executemany(
+                "INSERT INTO audit_chain_link (position, event_id, prev_hash, hash, linked_at) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                links,
+            )
+        return len(event_ids)
+
+
+def _skip_queue_row(event_id: int, reason: str) -> None:
+    # The row is gone from the queue (deleted above); the trail keeps its id and why.
+    logger.warning("audit chainer skipped the queue row for event %s (%s)", event_id, reason)
+    record(
+        Action.AUDIT_CHAIN_QUEUE_ROW_SKIPPED,
+        actor="system:audit_chainer",
+        target=("audit.auditevent", event_id),
+        payload={"event_id": event_id, "reason": reason},
+    )
 
 
 def chain_all(batch_size: int = 1000) -> int:
-    """Link every committed pending event; return the total linked."""
+    """Link every committed pending event; return the total queue rows consumed."""
     total = 0
     while linked := chain_pending(batch_size):
         total += linked
     return total
+
+
+# --- The chainer loop ------------------------------------------------------------------
+
+# First and longest pause after losing the database.
+RECONNECT_FIRST_S = 0.5
+RECONNECT_MAX_S = 30.0
+
+
+def run_chainer(
+    should_stop: Callable[[], bool],
+    *,
+    interval: float = 0.05,
+    batch_size: int = 1000,
+    until: float | None = None,
+    once: bool = False,
+    max_backoff: float = RECONNECT_MAX_S,
+) -> int:
+    """Poll and link until ``should_stop()`` (or ``time.monotonic()`` passes ``until``, or,
+    with ``once``, the queue is drained); return the rows consumed.
+
+    A lost database connection (a restart, a failover, a terminated backend) is logged,
+    the connection discarded, and the loop retries with exponential backoff capped at
+    ``max_backoff`` seconds: the chainer outlives the database.
+    """
+    total = 0
+    backoff = 0.0
+    held: Any = None
+    try:
+        while not should_stop() and (until is None or time.monotonic() < until):
+            try:
+                if connection.connection is None or connection.connection is not held:
+                    held = _hold_loop_lock()
+                linked = chain_pending(batch_size, wait=False)
+            except (OperationalError, InterfaceError) as exc:
+                backoff = min(max(backoff * 2, RECONNECT_FIRST_S), max_backoff)
+                # The exception's class only: its message may quote the statement.
+                logger.warning(
+                    "audit chainer lost the database (%s); reconnecting in %.1f s", type(exc).__name__, backoff
+                )
+                _discard_connection()
+                held = None
+                _sleep(backoff, should_stop)
+                continue
+            if backoff:
+                logger.warning("audit chainer reconnected to the database")
+                backoff = 0.0
+            total += linked
+            if linked < batch_size:
+                if once:
+                    break
+                _sleep(interval, should_stop)
+                close_old_connections()
+    finally:
+        if held is not None and connection.connection is held:
+            _release_loop_lock()
+    return total
+
+
+def chainer_loop_running() -> bool:
+    """Whether some process runs a chainer loop right now (``audit_chainer`` or the job)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND classid = 0 AND objid::bigint = %s AND objsubid = 1 AND pid <> pg_backend_pid())",
+            [CHAINER_LOOP_LOCK_KEY],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def _hold_loop_lock() -> Any:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock_shared(%s)", [CHAINER_LOOP_LOCK_KEY])
+    return connection.connection
+
+
+def _release_loop_lock() -> None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock_shared(%s)", [CHAINER_LOOP_LOCK_KEY])
+    except DatabaseError:
+        pass  # A lost connection has released it already.
+
+
+def _discard_connection() -> None:
+    # Already broken: closing it is all that is left to do.
+    with suppress(DatabaseError):
+        connection.close()
+
+
+def _sleep(seconds: float, should_stop: Callable[[], bool]) -> None:
+    # Short slices, so a stop request (a signal handler setting a flag) is seen quickly.
+    deadline = time.monotonic() + seconds
+    while not should_stop() and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.1))
+
+
+# --- Lag -------------------------------------------------------------------------------
+
+
+def chain_lag_seconds(now: datetime | None = None) -> float:
+    """Age in seconds of the oldest event still waiting for the chainer (0.0 when none).
+
+    One query on two primary keys: the queue's first row and its event.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM e.created_at)::float8 FROM audit_pending p"
+            " JOIN audit_event e ON e.id = p.event_id ORDER BY p.event_id LIMIT 1"
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return 0.0
+    return _age(float(row[0]), now)
+
+
+def _age(epoch: float, now: datetime | None) -> float:
+    age = (now or timezone.now()).timestamp() - epoch
+    # A forged infinite timestamp is verify's business; the lag stays a number.
+    return max(age, 0.0) if math.isfinite(age) else 0.0
+
+
+# --- Verification ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -103,6 +277,8 @@ class VerifyResult:
     linked: int
     pending: int
     broken: ChainBreak | None
+    # Age of the oldest queued event at verification time; None when nothing is queued.
+    oldest_pending_age_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -116,25 +292,74 @@ def chain_length() -> int:
     return int(row[0]) if row else 0
 
 
+# The event's columns as the verifier reads them. A created_at that no datetime can hold
+# (infinity, BC, year 10000+) is read as NULL and named as a break instead of crashing.
+_EVENT_COLUMNS = """
+    e.action, e.actor, e.target_type, e.target_id, e.payload::text,
+    CASE WHEN e.created_at >= '0001-01-01 00:00:00+00' AND e.created_at < '10000-01-01 00:00:00+00'
+         THEN e.created_at END,
+    e.canonical
+"""
+
+# The order in which an altered column is named when several differ.
+_FIELDS = ("action", "actor", "target_type", "target_id", "payload", "created_at")
+
+
 def verify_chain(on_progress: Callable[[int], object] | None = None, chunk: int = 2000) -> VerifyResult:
-    """Walk the whole chain; stop at the first break."""
+    """Check the whole trail in one snapshot; report the first break found.
+
+    Order: the links (stopping at the first bad one), then the events in no link, then
+    the queue. Events in no link but queued are the pending tail, not a break, as long
+    as their columns match their canonical bytes.
+    """
+    now = timezone.now()
+    with _snapshot():
+        linked, broken = _walk_links(on_progress, chunk)
+        pending, oldest, tail_break = _check_unlinked(chunk)
+        broken = broken or tail_break or _check_queue()
+    age = _age(oldest.timestamp(), now) if oldest is not None else None
+    return VerifyResult(linked=linked, pending=pending, broken=broken, oldest_pending_age_s=age)
+
+
+@contextmanager
+def _snapshot() -> Iterator[None]:
+    if connection.in_atomic_block:
+        # Inside the caller's transaction (a test's) the isolation level is already set.
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
+def _server_cursor(name: str, chunk: int, sql: str) -> Generator[tuple[Any, ...], None, None]:
+    # A named (server-side) cursor inside the snapshot streams rows in chunks.
+    connection.ensure_connection()
+    assert connection.connection is not None
+    with connection.connection.cursor(name=name) as cursor:
+        cursor.itersize = chunk
+        cursor.execute(sql)
+        yield from cursor
+
+
+def _walk_links(on_progress: Callable[[int], object] | None, chunk: int) -> tuple[int, ChainBreak | None]:
     checked = 0
     broken: ChainBreak | None = None
     expected_position = 1
     prev_hash = GENESIS_HASH
-    for row in _iter_links(chunk):
-        position, event_id, link_prev, link_digest, ev_id, action, actor, ttype, tid, payload, created, canonical = row
-        broken = _check_link(
-            expected_position,
-            prev_hash,
-            position,
-            event_id,
-            link_prev,
-            link_digest,
-            ev_id,
-            (action, actor, ttype, tid, payload, created),
-            canonical,
-        )
+    rows = _server_cursor(
+        "audit_verify_links",
+        chunk,
+        # Only the constant column list is interpolated.
+        f"""
+        SELECT l.position, l.event_id, l.prev_hash, l.hash, e.id, {_EVENT_COLUMNS}
+        FROM audit_chain_link l LEFT JOIN audit_event e ON e.id = l.event_id
+        ORDER BY l.position
+        """,  # noqa: S608
+    )
+    for position, event_id, link_prev, link_digest, ev_id, *columns in rows:
+        broken = _check_link(expected_position, prev_hash, position, event_id, link_prev, link_digest, ev_id, columns)
         if broken:
             break
         prev_hash = link_digest
@@ -142,27 +367,10 @@ def verify_chain(on_progress: Callable[[int], object] | None = None, chunk: int 
         checked += 1
         if on_progress and checked % chunk == 0:
             on_progress(chunk)
+    rows.close()
     if on_progress:
         on_progress(checked % chunk)
-    pending = _count_pending()
-    if broken is None:
-        broken = _find_unchained_event()
-    return VerifyResult(linked=checked, pending=pending, broken=broken)
-
-
-def _iter_links(chunk: int) -> Iterator[tuple]:
-    # A named (server-side) cursor inside a transaction streams rows in chunks.
-    with transaction.atomic(), connection.connection.cursor(name="audit_verify") as cursor:
-        cursor.itersize = chunk
-        cursor.execute(
-            """
-            SELECT l.position, l.event_id, l.prev_hash, l.hash,
-                   e.id, e.action, e.actor, e.target_type, e.target_id, e.payload, e.created_at, e.canonical
-            FROM audit_chain_link l LEFT JOIN audit_event e ON e.id = l.event_id
-            ORDER BY l.position
-            """
-        )
-        yield from cursor
+    return checked, broken
 
 
 def _check_link(
@@ -173,60 +381,109 @@ def _check_link(
     link_prev: str,
     link_digest: str,
     ev_id: int | None,
-    columns: tuple,
-    canonical: bytes | memoryview | None,
+    columns: list[Any],
 ) -> ChainBreak | None:
     if position != expected_position:
         return ChainBreak(expected_position, None, f"link missing (next link found is position {position})")
     if link_prev != prev_hash:
         return ChainBreak(position, event_id, "prev_hash does not match the previous link's hash")
+    canonical = columns[-1]
     if ev_id is None or canonical is None:
         return ChainBreak(position, event_id, "the linked event is missing")
-    canonical = bytes(canonical)
-    if link_hash(prev_hash, position, event_id, canonical) != link_digest:
+    if link_hash(prev_hash, position, event_id, bytes(canonical)) != link_digest:
         return ChainBreak(position, event_id, "hash does not match the event's canonical bytes")
-    action, actor, ttype, tid, payload, created = columns
-    document = _exact_json(canonical)
-    stored = {
-        "action": action,
-        "actor": actor,
-        "target_type": ttype,
-        "target_id": tid,
-        # Django loads jsonb as text on raw cursors.
-        "payload": _exact_json(payload if isinstance(payload, str) else json.dumps(payload)),
-        "created_at": created.astimezone(UTC).isoformat(),
-    }
-    for field, value in stored.items():
-        if document.get(field) != value:
-            return ChainBreak(position, event_id, f"column {field!r} was altered after the event was written")
-    return None
+    reason = _altered(*columns)
+    return ChainBreak(position, event_id, reason) if reason else None
 
 
-def _exact_json(text: str | bytes) -> Any:
-    # Numbers as Decimal: jsonb keeps 1e+23 as the exact integer 10**23, which a float
-    # comparison would call different from the float 1e23 that was written.
-    return json.loads(text, parse_float=Decimal, parse_int=Decimal)
+def _check_unlinked(chunk: int) -> tuple[int, datetime | None, ChainBreak | None]:
+    """Events in no link: each must be queued and match its canonical bytes."""
+    pending = 0
+    oldest: datetime | None = None
+    rows = _server_cursor(
+        "audit_verify_unlinked",
+        chunk,
+        f"""
+        SELECT e.id, p.event_id IS NOT NULL, {_EVENT_COLUMNS}
+        FROM audit_event e LEFT JOIN audit_pending p ON p.event_id = e.id
+        WHERE NOT EXISTS (SELECT 1 FROM audit_chain_link l WHERE l.event_id = e.id)
+        ORDER BY e.id
+        """,  # noqa: S608
+    )
+    broken: ChainBreak | None = None
+    for event_id, queued, *columns in rows:
+        if not queued:
+            broken = ChainBreak(None, event_id, "event is not in the chain and not queued for chaining")
+            break
+        reason = _altered(*columns)
+        if reason:
+            broken = ChainBreak(None, event_id, reason)
+            break
+        pending += 1
+        created = columns[5]
+        if oldest is None or created < oldest:
+            oldest = created
+    rows.close()
+    return pending, oldest, broken
 
 
-def _count_pending() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM audit_pending")
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
-
-
-def _find_unchained_event() -> ChainBreak | None:
-    """An event that is neither linked nor queued for linking was slipped in."""
+def _check_queue() -> ChainBreak | None:
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT e.id FROM audit_event e
-            WHERE NOT EXISTS (SELECT 1 FROM audit_chain_link l WHERE l.event_id = e.id)
-              AND NOT EXISTS (SELECT 1 FROM audit_pending p WHERE p.event_id = e.id)
-            ORDER BY e.id LIMIT 1
+            SELECT p.event_id FROM audit_pending p
+            WHERE NOT EXISTS (SELECT 1 FROM audit_event e WHERE e.id = p.event_id)
+            ORDER BY p.event_id LIMIT 1
             """
         )
         row = cursor.fetchone()
-    if row is None:
+        if row:
+            return ChainBreak(None, int(row[0]), "queued for chaining but the event does not exist")
+        cursor.execute(
+            """
+            SELECT l.position, p.event_id FROM audit_pending p JOIN audit_chain_link l ON l.event_id = p.event_id
+            ORDER BY p.event_id LIMIT 1
+            """
+        )
+        row = cursor.fetchone()
+    if row:
+        return ChainBreak(int(row[0]), int(row[1]), "event is already linked but queued for chaining again")
+    return None
+
+
+def _altered(
+    action: str,
+    actor: str,
+    target_type: str,
+    target_id: str,
+    payload: str,
+    created_at: datetime | None,
+    canonical: bytes | memoryview,
+) -> str | None:
+    """Which column no longer matches the stored canonical bytes, or None when the bytes
+    rebuilt from the columns equal them exactly."""
+    if created_at is None:
+        return "column 'created_at' was altered after the event was written (timestamp out of range)"
+    stored = bytes(canonical)
+    rebuilt_document = {
+        "action": action,
+        "actor": actor,
+        "created_at": format_created_at(created_at),
+        "payload": load_exact(payload),
+        "target_id": target_id,
+        "target_type": target_type,
+    }
+    if dump_exact(rebuilt_document).encode() == stored:
         return None
-    return ChainBreak(None, int(row[0]), "event is not in the chain and not queued for chaining")
+    # Slow path, only for a break: name the first column that differs.
+    try:
+        stored_document = load_exact(stored.decode())
+    except ValueError:
+        stored_document = None
+    if isinstance(stored_document, dict):
+        for field in _FIELDS:
+            if field not in stored_document or dump_exact(stored_document[field]) != dump_exact(
+                rebuilt_document[field]
+            ):
+                return f"column {field!r} was altered after the event was written"
+    return "canonical bytes are not in canonical form"

@@ -50,7 +50,9 @@ def record(action: Action, *, actor: str, target: Target = None, payload: dict[s
     """Write one audit event in the current transaction; return its sequence number.
 
     ``target`` is a model instance or a ``(type, id)`` pair. ``payload`` holds ids,
-    labels and counts only: strings are capped, known content keys are refused.
+    labels and counts only: strings are capped, known content keys are refused, and so
+    is anything whose canonical bytes could not be rebuilt from the stored jsonb
+    (non-string keys, NUL characters, floats in exponent notation, -0.0).
     """
     if not isinstance(action, Action):
         raise TypeError(f"audit action must be an audit.actions.Action, got {action!r}")
@@ -104,23 +106,32 @@ def _target(target: Target) -> tuple[str, str]:
     return kind, str(ident)
 
 
-def _check_payload(payload: dict[str, Any], depth: int = 0) -> None:
+def _check_payload(payload: dict[Any, Any], depth: int = 0) -> None:
     if depth > 2:
         raise AuditPayloadError("audit payload nests too deeply")
     for key, value in payload.items():
+        # json.dumps would write 1 and "1" as the same key, and jsonb keeps only one.
+        if not isinstance(key, str):
+            raise AuditPayloadError(f"audit payload key {key!r} is not a string")
+        if "\x00" in key:
+            raise AuditPayloadError(f"audit payload key {key!r} contains a NUL character")
         if key in _FORBIDDEN_KEYS:
             raise AuditPayloadError(f"audit payload key {key!r} carries content, not ids or counts")
         _check_value(key, value, depth)
 
 
 def _check_value(key: str, value: Any, depth: int) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise AuditPayloadError(f"audit payload value for {key!r} is not a finite number")
-    if value is None or isinstance(value, bool | int | float):
+    if isinstance(value, float):
+        _check_float(key, value)
+        return
+    if value is None or isinstance(value, bool | int):
         return
     if isinstance(value, str):
         if len(value) > _MAX_STRING:
             raise AuditPayloadError(f"audit payload value for {key!r} is longer than {_MAX_STRING} characters")
+        # jsonb cannot store U+0000.
+        if "\x00" in value:
+            raise AuditPayloadError(f"audit payload value for {key!r} contains a NUL character")
         return
     if isinstance(value, list | tuple):
         for item in value:
@@ -130,6 +141,37 @@ def _check_value(key: str, value: Any, depth: int) -> None:
         _check_payload(value, depth + 1)
         return
     raise AuditPayloadError(f"audit payload value for {key!r} has unsupported type {type(value).__name__}")
+
+
+def _check_float(key: str, value: float) -> None:
+    """Accept only floats whose JSON text jsonb gives back unchanged.
+
+    jsonb stores numbers as numeric and prints them without exponent and without a
+    sign on zero: ``1e+23`` comes back as ``100000000000000000000000`` (an integer) and
+    ``-0.0`` as ``0.0``, so their canonical bytes could not be rebuilt from the column.
+    Python writes a float in exponent notation when it is below 1e-4 or at least 1e16.
+    """
+    if not math.isfinite(value):
+        raise AuditPayloadError(f"audit payload value for {key!r} is not a finite number")
+    text = float.__repr__(value)
+    if "e" in text or (value == 0 and math.copysign(1.0, value) < 0):
+        raise AuditPayloadError(
+            f"audit payload value for {key!r} is a float that jsonb does not keep as written "
+            "(exponent notation or negative zero); send an integer or round it"
+        )
+
+
+def payload_float(value: float | None) -> float | int | None:
+    """The nearest number ``record()`` accepts for a float the caller does not control
+    (a client's confidence, a computed ratio): below 1e-4 in magnitude it is rounded to
+    four decimals (0.0 or ±0.0001), -0.0 becomes 0.0, from 1e16 on it becomes an integer."""
+    if value is None or not math.isfinite(value):
+        return value
+    if abs(value) >= 1e16:
+        return int(value)
+    if "e" in float.__repr__(value):
+        value = round(value, 4)
+    return value + 0.0  # -0.0 + 0.0 is 0.0
 
 
 @contextmanager

@@ -13,7 +13,7 @@ import dj_database_url
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_choice, env_int, env_list, env_str
+from config.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("RFT_DATA_DIR") or BASE_DIR / ".data")
@@ -130,6 +130,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "audit.context_processors.audit_chain_lag",
             ],
         },
     },
@@ -246,6 +247,10 @@ if RESEARCH_DISPATCHER_URL:
         )
 # Raw chain-of-thought is deleted this many days after its step was written.
 REASONING_CONTENT_RETENTION_DAYS = env_int("REASONING_CONTENT_RETENTION_DAYS", 30, minimum=1)
+
+# The audit chain may lag this many seconds behind the trail before audit_verify exits 2,
+# /healthz says "degraded" and operator pages show a banner (the chainer is down or behind).
+AUDIT_CHAIN_MAX_LAG_S = env_float("AUDIT_CHAIN_MAX_LAG_S", 60.0, minimum=1.0)
 
 # --- Logging ------------------------------------------------------------------------
 LOGGING = {

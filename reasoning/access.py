@@ -101,6 +101,8 @@ def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRe
             return redirect_to_login(request.get_full_path() if safe else reverse("dashboard"))
         if not is_operator(request.user):
             return render(request, "reasoning/operator_forbidden.html", status=403)
+        # base.html shows the audit-chain lag banner on operator pages only.
+        request.operator_page = True  # type: ignore[attr-defined]
         return view(request, *args, **kwargs)
 
     return gated

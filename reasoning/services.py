@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from audit.actions import Action
-from audit.services import record
+from audit.services import payload_float, record
 from config.errors import Conflict, InvalidInput, NotFound
 from patients.models import Patient
 from reasoning import metrics
@@ -413,7 +413,7 @@ def _close(
         payload={
             "outcome_type": flow.outcome_type,
             "step_count": flow.step_count,
-            "outcome_confidence": flow.outcome_confidence,
+            "outcome_confidence": payload_float(flow.outcome_confidence),
             "timeout": abort_reason == "timeout",
             "patient_safe_summary": flow.patient_safe_summary,
             "summary_guard_rule": flow.summary_guard_rule or None,

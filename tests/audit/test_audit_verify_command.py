@@ -7,19 +7,22 @@ an attacker with database-owner rights could, and checks the exact position repo
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
 
 import pytest
+import time_machine
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from audit.actions import Action
 from audit.canonical import canonical_bytes
-from audit.chain import chain_all
+from audit.chain import chain_all, verify_chain
 from audit.models import AuditChainLink, AuditEvent, AuditPending
 from audit.services import record
 
@@ -57,9 +60,19 @@ def chain(db: None) -> list[int]:
     return list(AuditChainLink.objects.order_by("position").values_list("event_id", flat=True))
 
 
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+
+# Each audit table's protecting trigger.
+TRIGGERS = {
+    "audit_event": "audit_event_append_only",
+    "audit_chain_link": "audit_chain_link_append_only",
+    "audit_pending": "audit_pending_chainer_only",
+}
+
+
 @contextmanager
 def trigger_disabled(table: str) -> Iterator[None]:
-    trigger = f"{table}_append_only"
+    trigger = TRIGGERS[table]
     with connection.cursor() as cursor:
         cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}")
     try:
@@ -74,6 +87,12 @@ def tamper(table: str, statement: str, params: list[Any]) -> None:
     with trigger_disabled(table), connection.cursor() as cursor:
         cursor.execute(statement, params)
         assert cursor.rowcount == 1, f"forgery touched {cursor.rowcount} rows"
+
+
+def queue(event_id: int) -> None:
+    """Slip a row into the chainer's queue (INSERT is open to every writer)."""
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO audit_pending (event_id) VALUES (%s)", [event_id])
 
 
 # --- intact ---------------------------------------------------------------------------
@@ -267,12 +286,16 @@ def test_verify_names_the_link_whose_hash_was_altered(chain: list[int]) -> None:
 
 
 def test_verify_reports_pending_events_as_awaiting_chaining_and_exits_normally(chain: list[int]) -> None:
-    _record_events(3)
+    with time_machine.travel(T0, tick=False) as clock:
+        _record_events(3)
+        clock.shift(timedelta(seconds=5))
 
-    run = verify()
+        run = verify()
 
     assert run.code == 0
-    assert run.stdout.strip() == "audit chain intact: 5 links verified; 3 events awaiting chaining"
+    assert (
+        run.stdout.strip() == "audit chain intact: 5 links verified; 3 events awaiting chaining, the oldest for 5.0 s"
+    )
     # Verifying alone does not chain.
     assert AuditPending.objects.count() == 3
     assert AuditChainLink.objects.count() == 5
@@ -292,7 +315,11 @@ def test_verify_with_chain_first_links_pending_events_before_verifying(chain: li
     )
 
 
-@pytest.mark.parametrize("value", [0.1 + 0.2, 1e-7, 12345678.9, 1e23], ids=["0.3", "1e-7", "12345678.9", "1e23"])
+@pytest.mark.parametrize(
+    "value",
+    [0.1 + 0.2, 12345678.9, 0.85, 1.0, 0.0001, 123456789012345.6, -2.5],
+    ids=["0.3", "12345678.9", "0.85", "1.0", "0.0001", "1.2e14", "-2.5"],
+)
 def test_verify_accepts_an_untampered_event_with_a_float_in_its_payload(db: None, value: float) -> None:
     record(Action.FLOW_COMPLETED, actor="token:agent", payload={"latency_ms": value})
     chain_all()
@@ -301,3 +328,239 @@ def test_verify_accepts_an_untampered_event_with_a_float_in_its_payload(db: None
 
     assert run.code == 0, run.stderr
     assert run.stdout.strip() == "audit chain intact: 1 links verified"
+
+
+# --- events not chained yet ----------------------------------------------------------
+
+
+def test_verify_names_an_unchained_event_whose_column_was_changed(chain: list[int]) -> None:
+    # The reported case: no chainer running, one queued event's action edited in place.
+    (pending,) = _record_events(1)
+    tamper("audit_event", "UPDATE audit_event SET action = %s WHERE id = %s", ["reasoning.flow.aborted", pending])
+
+    run = verify()
+
+    assert run.code == 1
+    assert run.stderr.strip() == (
+        f"audit chain BROKEN at event sequence {pending}: column 'action' was altered after the event was written"
+    )
+    assert run.stdout.strip() == "checked 5 links before the break"
+
+
+def test_verify_exits_2_when_chain_lags(chain: list[int]) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        _record_events(2)
+        clock.shift(timedelta(seconds=61))
+
+        run = verify()
+
+    assert run.code == 2
+    assert (
+        run.stdout.strip() == "audit chain intact: 5 links verified; 2 events awaiting chaining, the oldest for 61.0 s"
+    )
+    assert "the audit chainer is not running or is behind" in run.stderr
+    assert "AUDIT_CHAIN_MAX_LAG_S is 60 s" in run.stderr
+
+
+def test_verify_exits_0_while_the_tail_is_younger_than_the_threshold(chain: list[int]) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        _record_events(2)
+        clock.shift(timedelta(seconds=59))
+
+        run = verify()
+
+    assert run.code == 0
+    assert run.stderr == ""
+
+
+def test_verify_lag_threshold_follows_the_setting(chain: list[int], settings: Any) -> None:
+    settings.AUDIT_CHAIN_MAX_LAG_S = 5.0
+    with time_machine.travel(T0, tick=False) as clock:
+        _record_events(1)
+        clock.shift(timedelta(seconds=6))
+
+        run = verify()
+
+    assert run.code == 2
+    assert "AUDIT_CHAIN_MAX_LAG_S is 5 s" in run.stderr
+
+
+def test_verify_with_chain_first_is_current_however_old_the_tail_was(chain: list[int]) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        _record_events(2)
+        clock.shift(timedelta(minutes=10))
+
+        run = verify("--chain-first")
+
+    assert run.code == 0
+    assert run.stdout.strip() == "audit chain intact: 7 links verified"
+
+
+# --- the chainer's queue -------------------------------------------------------------
+
+
+def test_queue_row_cannot_be_deleted_outside_the_chainer(db: None) -> None:
+    (pending,) = _record_events(1)
+
+    with pytest.raises(DatabaseError, match="removed only by the audit chainer"), transaction.atomic():
+        AuditPending.objects.filter(event_id=pending).delete()
+
+    assert AuditPending.objects.filter(event_id=pending).exists()
+
+
+def test_queue_row_cannot_be_updated(db: None) -> None:
+    (pending,) = _record_events(1)
+
+    with pytest.raises(DatabaseError, match="UPDATE is not allowed"), transaction.atomic():
+        AuditPending.objects.filter(event_id=pending).update(event_id=pending + 1000)
+
+    assert AuditPending.objects.filter(event_id=pending).exists()
+
+
+def test_verify_names_a_queue_row_whose_event_does_not_exist(chain: list[int]) -> None:
+    queue(10_000_000)
+
+    run = verify()
+
+    assert run.code == 1
+    assert run.stderr.strip() == (
+        "audit chain BROKEN at event sequence 10000000: queued for chaining but the event does not exist"
+    )
+
+
+def test_verify_names_a_linked_event_queued_again(chain: list[int]) -> None:
+    queue(chain[1])
+
+    run = verify()
+
+    assert run.code == 1
+    assert run.stderr.strip() == (
+        f"audit chain BROKEN at chain position 2, event sequence {chain[1]}: "
+        "event is already linked but queued for chaining again"
+    )
+
+
+def test_verify_names_a_queued_event_whose_queue_row_was_removed(chain: list[int]) -> None:
+    (pending,) = _record_events(1)
+    tamper("audit_pending", "DELETE FROM audit_pending WHERE event_id = %s", [pending])
+
+    run = verify()
+
+    assert run.code == 1
+    assert run.stderr.strip() == (
+        f"audit chain BROKEN at event sequence {pending}: event is not in the chain and not queued for chaining"
+    )
+
+
+# --- byte-for-byte payloads ----------------------------------------------------------
+
+
+def _record_payload(payload: dict[str, Any]) -> int:
+    with transaction.atomic():
+        return record(Action.STEP_CREATED, actor="token:agent", payload=payload)
+
+
+@pytest.mark.parametrize(
+    ("written", "forged"),
+    [
+        ({"ok": True}, '{"ok": 1}'),
+        ({"confidence": 1.0}, '{"confidence": 1}'),
+        ({"count": 1}, '{"count": 1.0}'),
+        ({"count": 1}, '{"count": true}'),
+        ({"score": 0.5}, '{"score": 0.50}'),
+    ],
+    ids=["true-to-1", "1.0-to-1", "1-to-1.0", "1-to-true", "0.5-to-0.50"],
+)
+@pytest.mark.parametrize("linked", [True, False], ids=["linked", "unlinked"])
+def test_verify_names_a_payload_number_rewritten_to_an_equal_value(
+    db: None, written: dict[str, Any], forged: str, linked: bool
+) -> None:
+    event_id = _record_payload(written)
+    if linked:
+        chain_all()
+    tamper("audit_event", "UPDATE audit_event SET payload = %s::jsonb WHERE id = %s", [forged, event_id])
+
+    run = verify()
+
+    assert run.code == 1
+    position = "chain position 1, " if linked else ""
+    assert run.stderr.strip() == (
+        f"audit chain BROKEN at {position}event sequence {event_id}: "
+        "column 'payload' was altered after the event was written"
+    )
+
+
+def test_verify_accepts_payloads_of_every_accepted_shape(db: None) -> None:
+    _record_payload(
+        {
+            "ids": [1, 2, 3],
+            "nested": {"b": [True, False, None], "a": {"z": 0.25, "ä": "naïve ✓"}},
+            "big": 10**30,
+            "negative": -7,
+            "zero": 0.0,
+            "quote": 'say "hi"\\ and \ttab',
+            "emoji": "🙂",
+            "": "empty key",
+        }
+    )
+    chain_all()
+    _record_payload({"pending": 0.1, "keys": {"B": 1, "a": 2, "é": 3, "🙂": 4}})
+
+    run = verify()
+
+    assert run.code == 0, run.stderr
+    assert run.stdout.startswith("audit chain intact: 1 links verified; 1 events awaiting chaining")
+
+
+# --- timestamps no datetime can hold -------------------------------------------------
+
+
+@pytest.mark.parametrize("forged", ["infinity", "-infinity", "0044-03-15 12:00:00+00 BC"])
+@pytest.mark.parametrize("linked", [True, False], ids=["linked", "unlinked"])
+def test_verify_names_an_event_whose_created_at_is_out_of_range(chain: list[int], forged: str, linked: bool) -> None:
+    (event_id,) = _record_events(1)
+    if linked:
+        chain_all()
+    tamper("audit_event", "UPDATE audit_event SET created_at = %s::timestamptz WHERE id = %s", [forged, event_id])
+
+    run = verify()
+
+    assert run.code == 1
+    position = "chain position 6, " if linked else ""
+    assert run.stderr.strip() == (
+        f"audit chain BROKEN at {position}event sequence {event_id}: "
+        "column 'created_at' was altered after the event was written (timestamp out of range)"
+    )
+
+
+# --- one snapshot --------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_verify_counts_the_tail_in_the_snapshot_it_walked() -> None:
+    _record_events(3)
+    chain_all()
+    _record_events(1)
+    errors: list[BaseException] = []
+
+    def write_during_the_walk(_: int) -> None:
+        # Another connection commits two events after the links were read.
+        def writer() -> None:
+            try:
+                _record_events(2)
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        thread.join(60)
+
+    result = verify_chain(on_progress=write_during_the_walk)
+
+    assert not errors
+    assert result.ok, result.broken
+    assert (result.linked, result.pending) == (3, 1)
+    # The two written during the walk are queued, just not part of what was verified.
+    assert AuditPending.objects.count() == 3

@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 from io import StringIO
+from pathlib import Path
+from urllib.parse import quote, urlencode
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.db import connection, transaction
 
 from audit.actions import Action
 from audit.canonical import GENESIS_HASH
-from audit.chain import CHAINER_LOCK_KEY, chain_all, chain_pending, verify_chain
+from audit.chain import CHAINER_LOCK_KEY, CHAINER_LOOP_LOCK_KEY, chain_all, chain_pending, verify_chain
+from audit.jobs import run_chainer as run_chainer_job
 from audit.models import AuditChainLink, AuditEvent, AuditPending
 from audit.services import record
 
 # Generous bound for thread hand-offs; a healthy run takes milliseconds.
 THREAD_TIMEOUT = 60
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _record_events(count: int, *, actor: str = "system:test") -> list[int]:
@@ -238,3 +247,184 @@ def test_concurrent_writers_and_chainers_link_every_event_exactly_once() -> None
     result = verify_chain()
     assert result.ok, result.broken
     assert (result.linked, result.pending) == (total, 0)
+
+
+# --- stray queue rows ------------------------------------------------------------------
+
+
+def _queue(event_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO audit_pending (event_id) VALUES (%s)", [event_id])
+
+
+def _skipped() -> list[tuple[str, dict[str, object]]]:
+    return [
+        (event.target_id, event.payload)
+        for event in AuditEvent.objects.filter(action=Action.AUDIT_CHAIN_QUEUE_ROW_SKIPPED).order_by("id")
+    ]
+
+
+def test_chainer_skips_and_audits_a_queue_row_for_an_already_linked_event(db: None) -> None:
+    (linked,) = _record_events(1)
+    assert chain_all() == 1
+    _queue(linked)
+    later = _record_events(2)
+
+    chain_all()
+
+    chained = [link.event_id for link in _links()]
+    assert chained[:3] == [linked, *later]
+    assert chained.count(linked) == 1
+    assert _skipped() == [(str(linked), {"event_id": linked, "reason": "already_linked"})]
+    # The skip is itself an event, chained like any other.
+    assert len(chained) == 4
+    assert not AuditPending.objects.exists()
+    assert verify_chain().ok
+
+
+def test_chainer_skips_and_audits_a_queue_row_whose_event_does_not_exist(db: None) -> None:
+    _queue(10_000_000)
+    later = _record_events(2)
+
+    chain_all()
+
+    assert [link.event_id for link in _links()][:2] == later
+    assert _skipped() == [("10000000", {"event_id": 10_000_000, "reason": "event_missing"})]
+    assert not AuditPending.objects.exists()
+    assert verify_chain().ok
+
+
+def test_audit_chainer_once_links_past_a_stray_queue_row(db: None) -> None:
+    (linked,) = _record_events(1)
+    assert chain_all() == 1
+    _queue(linked)
+    later = _record_events(1)
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        call_command("audit_chainer", "--once", stdout=StringIO())
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+    assert later[0] in [link.event_id for link in _links()]
+
+
+# --- the scheduled job -----------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_scheduled_job_keeps_chaining_for_its_budget_when_no_chainer_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("audit.jobs.JOB_BUDGET_S", 5.0)
+    errors: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            run_chainer_job()
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    try:
+        # Written after the job's first pass: only a job that keeps polling links it.
+        thread.join(0.5)
+        (event_id,) = _record_events(1)
+        assert _wait_for_link(event_id, timeout=4.0)
+    finally:
+        thread.join(THREAD_TIMEOUT)
+    assert not errors
+
+
+@pytest.mark.django_db(transaction=True)
+def test_scheduled_job_makes_one_pass_while_a_chainer_loop_runs() -> None:
+    ids = _record_events(2)
+    held = threading.Event()
+    release = threading.Event()
+
+    def chainer_loop() -> None:
+        # What a running `audit_chainer` holds for its lifetime.
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_lock_shared(%s)", [CHAINER_LOOP_LOCK_KEY])
+                held.set()
+                release.wait(THREAD_TIMEOUT)
+                cursor.execute("SELECT pg_advisory_unlock_shared(%s)", [CHAINER_LOOP_LOCK_KEY])
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=chainer_loop)
+    thread.start()
+    try:
+        assert held.wait(THREAD_TIMEOUT)
+        started = time.monotonic()
+        assert run_chainer_job() == 2
+        assert time.monotonic() - started < 5, "the job polled although a chainer loop runs"
+    finally:
+        release.set()
+        thread.join(THREAD_TIMEOUT)
+    assert [link.event_id for link in _links()] == ids
+
+
+def _wait_for_link(event_id: int, timeout: float) -> bool:
+    # Polls another process's (or thread's) progress; the clock under test is not moved.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if AuditChainLink.objects.filter(event_id=event_id).exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# --- surviving a database restart ------------------------------------------------------
+
+
+def _chainer_env() -> dict[str, str]:
+    """Point a child `manage.py` at this test database."""
+    db = settings.DATABASES["default"]
+    query = urlencode({"host": db["HOST"]}) if str(db["HOST"]).startswith("/") else ""
+    host = "" if query else f"{db['HOST']}:{db['PORT']}"
+    auth = f"{quote(str(db['USER']))}:{quote(str(db['PASSWORD'] or ''))}@" if db["USER"] else ""
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=f"postgresql://{auth}{host}/{db['NAME']}" + (f"?{query}" if query else ""),
+        DJANGO_SECRET_KEY=settings.SECRET_KEY,
+        FIELD_ENCRYPTION_KEY=",".join(settings.FIELD_ENCRYPTION_KEY),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@pytest.mark.django_db(transaction=True)
+def test_audit_chainer_reconnects_after_its_backend_is_terminated() -> None:
+    chainer = subprocess.Popen(
+        [sys.executable, "manage.py", "audit_chainer", "--interval", "0.05", "--max-backoff", "1"],
+        cwd=REPO_ROOT,
+        env=_chainer_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        (first,) = _record_events(1)
+        assert _wait_for_link(first, timeout=THREAD_TIMEOUT), "the chainer never started"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            row = cursor.fetchone()
+        assert row is not None and row[0] >= 1, "no chainer backend to terminate"
+
+        (second,) = _record_events(1)
+
+        assert _wait_for_link(second, timeout=30), "the chainer did not carry on after losing its connection"
+        assert chainer.poll() is None
+    finally:
+        chainer.send_signal(signal.SIGTERM)
+        out, err = chainer.communicate(timeout=THREAD_TIMEOUT)
+    assert chainer.returncode == 0, err
+    assert "audit chainer stopped" in out
+    assert "audit chainer lost the database (OperationalError); reconnecting in 0.5 s" in err
+    assert verify_chain().ok

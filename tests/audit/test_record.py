@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from audit.actions import Action
 from audit.canonical import canonical_bytes
@@ -241,4 +241,57 @@ def test_payload_with_a_non_finite_number_is_refused(db: None, value: float) -> 
     with pytest.raises(AuditPayloadError):
         record(Action.FLOW_COMPLETED, actor="system:test", payload={"confidence": value})
 
+    assert not AuditEvent.objects.exists()
+
+
+# --- payloads whose canonical bytes could not be rebuilt from jsonb --------------------
+
+
+@pytest.mark.parametrize(
+    ("payload", "key"),
+    [
+        ({1: "one"}, "1"),
+        ({"outer": {2.5: "x"}}, "2.5"),
+        ({"outer": {None: 1}}, "None"),
+    ],
+    ids=["int-key", "nested-float-key", "nested-none-key"],
+)
+def test_payload_with_a_non_string_key_is_refused_naming_the_key(db: None, payload: dict[Any, Any], key: str) -> None:
+    with pytest.raises(AuditPayloadError, match=f"key {key} is not a string"):
+        record(Action.FLOW_COMPLETED, actor="system:test", payload=payload)
+
+    assert not AuditEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "value", [1e23, 1e16, 1.5e-7, 0.00009, -0.0, -1e20], ids=["1e23", "1e16", "1.5e-7", "9e-5", "-0.0", "-1e20"]
+)
+def test_payload_float_that_jsonb_would_rewrite_is_refused_without_echoing_it(db: None, value: float) -> None:
+    with pytest.raises(AuditPayloadError, match="'latency_ms' is a float that jsonb does not keep") as caught:
+        record(Action.FLOW_COMPLETED, actor="system:test", payload={"latency_ms": value})
+
+    assert repr(value) not in str(caught.value)
+    assert not AuditEvent.objects.exists()
+
+
+@pytest.mark.parametrize("value", [0.85, 0.0001, 9999999999999998.0, 1.0, 0.0, -3.25, 0.1 + 0.2])
+def test_payload_float_written_without_exponent_round_trips_through_jsonb(db: None, value: float) -> None:
+    event_id = record(Action.FLOW_COMPLETED, actor="system:test", payload={"confidence": value})
+
+    # jsonb prints the number exactly as json.dumps wrote it into the canonical bytes.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT payload->>'confidence' FROM audit_event WHERE id = %s", [event_id])
+        row = cursor.fetchone()
+    assert row is not None
+    assert row[0] == json.dumps(value)
+
+
+@pytest.mark.parametrize(
+    "payload", [{"label": "a\x00b"}, {"ids": ["ok", "\x00"]}, {"bad\x00key": 1}], ids=["value", "in-list", "key"]
+)
+def test_payload_with_a_nul_character_is_refused_without_echoing_it(db: None, payload: dict[str, Any]) -> None:
+    with pytest.raises(AuditPayloadError, match="contains a NUL character") as caught:
+        record(Action.FLOW_COMPLETED, actor="system:test", payload=payload)
+
+    assert "a\x00b" not in str(caught.value)
     assert not AuditEvent.objects.exists()

@@ -288,3 +288,19 @@ def test_receiver_that_raises_does_not_fail_the_close(
     assert ReasoningFlow.objects.get(pk=flow["id"]).flow_state == ReasoningFlow.State.COMPLETED
     assert len(events("reasoning.flow.completed")) == 1
     assert len(calls) == 1  # later receivers still run
+
+
+@pytest.mark.parametrize(("confidence", "audited"), [(0.00001, 0.0), (0.00009, 0.0001), (0.72, 0.72)])
+def test_tiny_step_confidence_closes_the_flow_and_is_audited_without_exponent(
+    agent: APIClient, flow: dict[str, Any], confidence: float, audited: float
+) -> None:
+    # Python writes 1e-05 in exponent notation, which jsonb would not give back as written:
+    # the audit payload carries the nearest value record() accepts; the flow keeps the exact one.
+    add_step(agent, flow["id"], confidence)
+
+    response = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
+
+    assert response.status_code == 200, response.content
+    assert response.json()["outcome_confidence"] == pytest.approx(confidence)
+    (event,) = events("reasoning.flow.completed")
+    assert event.payload["outcome_confidence"] == audited

@@ -1,18 +1,17 @@
 """Run the audit chainer: link committed audit events into the hash chain, continuously.
 
 Safe to run on several hosts at once (an advisory lock admits one chainer at a time).
+It survives database restarts: a lost connection is logged and retried with backoff.
 """
 
 from __future__ import annotations
 
 import signal
-import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import close_old_connections
 
-from audit.chain import chain_pending
+from audit.chain import RECONNECT_MAX_S, run_chainer
 
 
 class Command(BaseCommand):
@@ -22,6 +21,12 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=0.05, help="Idle poll interval in seconds.")
         parser.add_argument("--batch-size", type=int, default=1000)
         parser.add_argument("--once", action="store_true", help="Link what is pending, then exit.")
+        parser.add_argument(
+            "--max-backoff",
+            type=float,
+            default=RECONNECT_MAX_S,
+            help="Longest pause between reconnection attempts when the database is down (seconds).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         stopping = False
@@ -32,11 +37,11 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        while not stopping:
-            linked = chain_pending(options["batch_size"], wait=False)
-            if options["once"] and linked < options["batch_size"]:
-                break
-            if linked < options["batch_size"]:
-                time.sleep(options["interval"])
-                close_old_connections()
+        run_chainer(
+            lambda: stopping,
+            interval=options["interval"],
+            batch_size=options["batch_size"],
+            once=options["once"],
+            max_backoff=options["max_backoff"],
+        )
         self.stdout.write("audit chainer stopped")

@@ -1,7 +1,11 @@
-"""Verify the audit hash chain end to end.
+"""Verify the audit trail end to end: every link, every event, the chainer's queue.
 
-Exit status 0 when intact (prints the number of links checked), 1 at the first break
-(prints its chain position and event sequence number).
+Exit status:
+  0  intact and current: no break, and no event has waited for the chainer longer
+     than AUDIT_CHAIN_MAX_LAG_S;
+  1  broken: prints the first break (chain position and/or event sequence number);
+  2  intact but behind: the oldest event still waiting for the chainer is older than
+     AUDIT_CHAIN_MAX_LAG_S, so the chainer is not running or cannot keep up.
 """
 
 from __future__ import annotations
@@ -9,14 +13,23 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from tqdm import tqdm
 
 from audit.chain import chain_all, chain_length, verify_chain
 
+EXIT_BROKEN = 1
+EXIT_BEHIND = 2
+
 
 class Command(BaseCommand):
-    help = "Walk the audit hash chain and report the first broken link, if any."
+    help = (
+        "Verify the audit hash chain, the events not chained yet and the chainer's queue. "
+        "Exit 0: intact and current; 1: broken (the first break is printed); "
+        "2: intact, but an event has waited for the chainer longer than AUDIT_CHAIN_MAX_LAG_S "
+        "(the chainer is not running or is behind)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -41,6 +54,15 @@ class Command(BaseCommand):
         if result.broken is not None:
             self.stderr.write(f"audit chain BROKEN at {result.broken.describe()}")
             self.stdout.write(f"checked {result.linked} links before the break")
-            sys.exit(1)
-        tail = f"; {result.pending} events awaiting chaining" if result.pending else ""
+            sys.exit(EXIT_BROKEN)
+        age = result.oldest_pending_age_s
+        tail = f"; {result.pending} events awaiting chaining, the oldest for {age:.1f} s" if age is not None else ""
         self.stdout.write(f"audit chain intact: {result.linked} links verified{tail}")
+        limit = settings.AUDIT_CHAIN_MAX_LAG_S
+        if age is not None and age > limit:
+            self.stderr.write(
+                f"audit chain BEHIND: an event has waited {age:.1f} s for the chainer "
+                f"(AUDIT_CHAIN_MAX_LAG_S is {limit:g} s): the audit chainer is not running or is behind; "
+                "start `manage.py audit_chainer` or the django-q2 worker (`manage.py qcluster`)"
+            )
+            sys.exit(EXIT_BEHIND)
