@@ -351,13 +351,17 @@ class NarrativeStepSerializer(serializers.Serializer[Any]):
 
 class NarrativeAxisSerializer(serializers.Serializer[Any]):
     axis = serializers.ChoiceField(choices=["confidence", "coverage", "maturity", "recency", "consensus", "risk"])
-    label = serializers.CharField(help_text="The patient's label (`How sure`).")
+    # "label" and "source" shadow Field attributes in the stubs only: DRF's metaclass takes declared
+    # fields off the class.
+    label = serializers.CharField(help_text="The patient's label (`How sure`).")  # type: ignore[assignment]
     score = serializers.IntegerField(min_value=0, max_value=7)
     bucket = serializers.ChoiceField(choices=["low", "medium", "high"])
 
 
 class NarrativeDimensionsSerializer(serializers.Serializer[Any]):
-    source = serializers.ChoiceField(choices=["snapshot", "computed"], help_text="`snapshot`: as it stood at close.")
+    source = serializers.ChoiceField(  # type: ignore[assignment]
+        choices=["snapshot", "computed"], help_text="`snapshot`: as it stood at close."
+    )
     axes = NarrativeAxisSerializer(many=True)
 
 
