@@ -28,6 +28,8 @@ from reasoning.serializers import (
     FlowCloseSerializer,
     FlowCreateSerializer,
     FlowSerializer,
+    NarrativePendingSerializer,
+    NarrativeSerializer,
     StepBatchResponseSerializer,
     StepBatchSerializer,
     StepCreateSerializer,
@@ -107,7 +109,9 @@ class FlowDetailView(APIView):
         description="For the patient the decision is about: a `reasoning.read` token bound to that patient, or "
         "the patient's logged-in session. 200: trigger summary, step cards (agent label, summary, time), outcome "
         "summary, `dimensions` (the Decision Dimensions radar with the patient's labels: the snapshot taken at "
-        "close, `source: snapshot`, or computed for older flows, `source: computed`), disclaimer. 202 while the "
+        "close, `source: snapshot`, or computed for older flows, `source: computed`), disclaimer. An aborted flow "
+        "reached no decision: `reached_decision` false, `stopped` says so in plain words (with a `reason` code), "
+        "and `outcome_summary` and `dimensions` are null. 202 while the "
         "flow is still running (with the step count so far). 403 (with a "
         "`reason`: `not_patient`, `no_consent`, `unsafe_summary`) when the caller is not a patient, has not "
         "opted in, or a summary failed the guard. 404 when the decision is unknown *or about someone else* "
@@ -115,8 +119,8 @@ class FlowDetailView(APIView):
         "Audits `patient.reasoning.flow.read`.",
         parameters=[FLOW_ID],
         responses={
-            200: OpenApiResponse(OpenApiTypes.OBJECT, description="The narrative."),
-            202: OpenApiResponse(OpenApiTypes.OBJECT, description="Still working on this."),
+            200: OpenApiResponse(NarrativeSerializer, description="The narrative."),
+            202: OpenApiResponse(NarrativePendingSerializer, description="Still working on this."),
             403: ERROR,
             404: ERROR,
             429: ERROR,

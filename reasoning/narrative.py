@@ -14,7 +14,15 @@ Who may read it (the one access rule for this audience, used by the API and the 
 The projection carries the trigger summary, one card per step (agent label, summary,
 time), the outcome summary, the Decision Dimensions radar with the patient's labels
 (the snapshot taken at close) and a disclaimer: no ids of other records, no inputs or
-outputs, no rationale, no raw reasoning. Every answer this function gives other than 404
+outputs, no rationale, no raw reasoning.
+
+An aborted flow (a tool error, the 24-hour timeout, an agent giving up) reached no
+decision, so it must not read as one: ``reached_decision`` is false, ``stopped`` says in
+plain words that the process stopped before a decision and that nothing was recommended
+(with a sentence for the known abort labels and a generic one otherwise: the raw label is
+free text and never shown), and there is no outcome summary and no radar (both would
+present the partial work as the strength of a decision). The steps are still listed, as
+what was done before it stopped. Every answer this function gives other than 404
 is audited as ``patient.reasoning.flow.read`` with its outcome. (401, a token without
 ``reasoning.read`` and 429 are refused before it runs, by authentication, permission
 and throttle.)
@@ -47,6 +55,26 @@ AGENT_LABELS = {
     "critic": "Fact checker",
     "correlator": "Pattern finder",
 }
+
+
+# What a patient is told when a flow stopped without a decision.
+STOPPED_MESSAGE = "This process stopped before reaching a decision. Nothing was recommended."
+# Abort labels agents and jobs use, as plain sentences; any other label is "other".
+# ``abort_reason`` is free text written by an agent, so it is mapped, never echoed.
+STOP_REASONS = {
+    "timeout": "It ran for too long without finishing, so it was stopped automatically.",
+    "tool_error": "One of the tools it relies on failed, so it could not finish.",
+}
+OTHER_STOP_REASON = "other"
+OTHER_STOP_REASON_TEXT = "It could not finish."
+
+
+def stop_reason(abort_reason: str) -> tuple[str, str]:
+    """The patient-facing (code, sentence) for an abort label."""
+    label = abort_reason.strip().lower()
+    if label in STOP_REASONS:
+        return label, STOP_REASONS[label]
+    return OTHER_STOP_REASON, OTHER_STOP_REASON_TEXT
 
 
 def agent_label(agent: str) -> str:
@@ -110,19 +138,26 @@ def read_narrative(flow_id: uuid.UUID, *, patient: Patient | None, actor: str) -
         .values_list("agent", "summary_text", "created_at")
     )
     audit("served", step_count=flow.step_count)
+    decided = flow.flow_state == ReasoningFlow.State.COMPLETED
+    stopped = None
+    if not decided:
+        code, sentence = stop_reason(flow.abort_reason)
+        stopped = {"message": STOPPED_MESSAGE, "reason": code, "reason_text": sentence}
     return Narrative(
         200,
         {
             "decision_id": flow.pk,
             "flow_state": flow.flow_state,
+            "reached_decision": decided,
+            "stopped": stopped,
             "trigger_summary": flow.trigger_summary,
             "steps": [
                 {"agent": agent_label(agent), "summary": summary, "created_at": created_at}
                 for agent, summary, created_at in steps
             ],
-            "outcome_summary": flow.outcome_summary,
+            "outcome_summary": flow.outcome_summary if decided else None,
             "closed_at": flow.closed_at,
-            "dimensions": patient_dimensions(flow),
+            "dimensions": patient_dimensions(flow) if decided else None,
             "disclaimer": DISCLAIMER,
         },
     )

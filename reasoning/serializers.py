@@ -333,3 +333,74 @@ class AdminFlowSerializer(FlowSerializer):
     def get_steps(self, flow: ReasoningFlow) -> list[dict[str, Any]]:
         steps = self.context.get("steps", [])
         return AdminStepSerializer(steps, many=True).data  # type: ignore[return-value]
+
+
+# --- The patient narrative (GET /api/reasoning/flows/{id}) ------------------------------
+# Documentation only: reasoning.narrative builds the body; tests/reasoning/test_narrative_api.py
+# checks that every answer has exactly these fields.
+# The closed states with the model's labels: a choice set of its own (NarrativeFlowStateEnum), not
+# FlowClose's request enum, which spectacular could not name for two components at once.
+_CLOSED_STATES = [(state.value, state.label) for state in (ReasoningFlow.State.COMPLETED, ReasoningFlow.State.ABORTED)]
+
+
+class NarrativeStepSerializer(serializers.Serializer[Any]):
+    agent = serializers.CharField(help_text="The agent's plain label (`Research assistant`).")
+    summary = serializers.CharField(help_text="The step's summary (it passed the summary guard).")
+    created_at = serializers.DateTimeField()
+
+
+class NarrativeAxisSerializer(serializers.Serializer[Any]):
+    axis = serializers.ChoiceField(choices=["confidence", "coverage", "maturity", "recency", "consensus", "risk"])
+    # "label" and "source" shadow Field attributes in the stubs only: DRF's metaclass takes declared
+    # fields off the class.
+    label = serializers.CharField(help_text="The patient's label (`How sure`).")  # type: ignore[assignment]
+    score = serializers.IntegerField(min_value=0, max_value=7)
+    bucket = serializers.ChoiceField(choices=["low", "medium", "high"])
+
+
+class NarrativeDimensionsSerializer(serializers.Serializer[Any]):
+    source = serializers.ChoiceField(  # type: ignore[assignment]
+        choices=["snapshot", "computed"], help_text="`snapshot`: as it stood at close."
+    )
+    axes = NarrativeAxisSerializer(many=True)
+
+
+class NarrativeStoppedSerializer(serializers.Serializer[Any]):
+    message = serializers.CharField(
+        help_text="Says that the process stopped before reaching a decision and that nothing was recommended."
+    )
+    reason = serializers.ChoiceField(
+        choices=["timeout", "tool_error", "other"],
+        help_text="The abort label when it is a known one, else `other` (the raw label is never shown).",
+    )
+    reason_text = serializers.CharField(help_text="The reason as a plain sentence for the patient.")
+
+
+class NarrativeSerializer(serializers.Serializer[Any]):
+    """200: a closed flow whose summaries all passed the guard."""
+
+    decision_id = serializers.UUIDField()
+    flow_state = serializers.ChoiceField(choices=_CLOSED_STATES)
+    reached_decision = serializers.BooleanField(help_text="False for an aborted flow: nothing was decided.")
+    stopped = NarrativeStoppedSerializer(
+        allow_null=True, help_text="Only for an aborted flow (else null): why it stopped, in plain words."
+    )
+    trigger_summary = serializers.CharField(allow_blank=True)
+    steps = NarrativeStepSerializer(many=True)
+    outcome_summary = serializers.CharField(
+        allow_blank=True, allow_null=True, help_text="Null for an aborted flow: it reached no outcome."
+    )
+    closed_at = serializers.DateTimeField(help_text="When the flow finished, or stopped.")
+    dimensions = NarrativeDimensionsSerializer(
+        allow_null=True, help_text="The Decision Dimensions radar; null for an aborted flow (no decision to rate)."
+    )
+    disclaimer = serializers.CharField()
+
+
+class NarrativePendingSerializer(serializers.Serializer[Any]):
+    """202: the flow is still running."""
+
+    decision_id = serializers.UUIDField()
+    flow_state = serializers.ChoiceField(choices=["active"])
+    step_count = serializers.IntegerField(min_value=0)
+    detail = serializers.CharField()

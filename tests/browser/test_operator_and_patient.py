@@ -62,18 +62,21 @@ def seed_operator() -> None:
     reasoning_services.create_operator(username=OPERATOR[0], password=OPERATOR[1], actor=ACTOR)
 
 
-def seed_patient_decision() -> tuple[Patient, uuid.UUID]:
-    """A consenting patient and a closed, guard-passing flow about them."""
+def seed_patient_decision(*, abort_reason: str | None = None) -> tuple[Patient, uuid.UUID]:
+    """A consenting patient and a closed, guard-passing flow about them (aborted with ``abort_reason``)."""
     patient = create_patient(username=PATIENT[0], password=PATIENT[1], consent=True, actor=ACTOR)
-    flow_id = closed_flow(patient_id=patient.pk)
+    flow_id = closed_flow(patient_id=patient.pk, abort_reason=abort_reason)
     flow = ReasoningFlow.objects.get(pk=flow_id)
     assert flow.patient_safe_summary is True, flow.summary_guard_rule
     assert flow.dimensions_snapshot, "closing the flow should store its radar snapshot"
     return patient, flow_id
 
 
-def closed_flow(*, patient_id: uuid.UUID | None = None, merge: bool = False) -> uuid.UUID:
-    """A completed flow of three safe steps; with ``merge`` the verdict has two parents."""
+def closed_flow(
+    *, patient_id: uuid.UUID | None = None, merge: bool = False, abort_reason: str | None = None
+) -> uuid.UUID:
+    """A completed flow of three safe steps; with ``merge`` the verdict has two parents; with
+    ``abort_reason`` the flow is aborted instead."""
     flow, _ = reasoning_services.start_flow(
         {
             "trigger_type": "user_question",
@@ -116,6 +119,9 @@ def closed_flow(*, patient_id: uuid.UUID | None = None, merge: bool = False) -> 
     if merge:
         steps[2]["extra_parent_ids"] = [ids[0]]
     reasoning_services.add_steps(flow.pk, steps, actor=ACTOR)
+    if abort_reason is not None:
+        reasoning_services.close_flow(flow.pk, state="aborted", actor=ACTOR, abort_reason=abort_reason)
+        return flow.pk
     reasoning_services.close_flow(
         flow.pk,
         state="completed",
@@ -368,6 +374,24 @@ def test_console_fits_a_phone_and_shows_keyboard_focus(page: Page, screenshot: S
     screenshot(page, "console-phone")
     assert_no_sideways_scroll(page)
     assert_keyboard_focus_visible(page)
+
+
+def test_patient_sees_an_aborted_flow_as_stopped_before_a_decision(page: Page, screenshot: Screenshot) -> None:
+    _, flow_id = seed_patient_decision(abort_reason="tool_error")
+
+    log_in(page, *PATIENT)
+    response = page.goto(f"/dashboard/reasoning/{flow_id}")
+
+    assert response is not None and response.status == 200
+    expect(page.locator("h1")).to_have_text("Stopped before a decision")
+    banner = page.get_by_role("alert")
+    expect(banner).to_be_visible()
+    expect(banner).to_contain_text("This process stopped before reaching a decision. Nothing was recommended.")
+    main = page.locator("main")
+    expect(main).to_contain_text("What was done before it stopped")
+    expect(main).not_to_contain_text("Finished")
+    expect(main.locator("svg")).to_have_count(0)
+    screenshot(page, "narrative-aborted")
 
 
 def test_narrative_fits_a_phone_and_shows_keyboard_focus(page: Page, screenshot: Screenshot) -> None:

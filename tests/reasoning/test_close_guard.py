@@ -91,6 +91,11 @@ def test_flow_without_any_summary_is_patient_safe(agent: APIClient) -> None:
         pytest.param("step", {"summaries": [*STEPS[:1], EMAIL]}, "email", id="step-email"),
         pytest.param("outcome", {"outcome_summary": PHONE}, "us_phone", id="outcome-phone"),
         pytest.param("outcome", {"outcome_summary": EMAIL}, "email", id="outcome-email"),
+        # One Cyrillic letter each: they read as the Latin PHI to a patient.
+        pytest.param("step", {"summaries": ["Reviewed chart for \u041cRN 4455"]}, "mrn_labeled", id="lookalike-mrn"),
+        pytest.param("step", {"summaries": ["Checked 42 \u041eak Street"]}, "street_address", id="lookalike-street"),
+        pytest.param("step", {"summaries": ["Noted a 67 ye\u0430r old man"]}, "age", id="lookalike-age"),
+        pytest.param("step", {"summaries": ["Consulted dr. Jane Foster"]}, "titled_name", id="lowercase-title"),
     ],
 )
 def test_one_unsafe_summary_makes_the_flow_unsafe_and_names_the_rule(

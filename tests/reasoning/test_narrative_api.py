@@ -134,7 +134,9 @@ def record_flow(
     summaries: list[str] | None = None,
     outcome_summary: str = OUTCOME,
     close: bool = True,
+    abort_reason: str | None = None,
 ) -> Recorded:
+    """Open a flow with one step per summary; complete it, or abort it with ``abort_reason``."""
     response = agent.post(
         FLOWS,
         {
@@ -172,11 +174,12 @@ def record_flow(
         assert step.status_code == 201, step.content
         steps.append(step.json())
     if close:
-        closed = agent.patch(
-            flow_url(flow_id),
-            {"flow_state": "completed", "outcome_type": "recommendation_delivered", "outcome_summary": outcome_summary},
-            format="json",
+        body: dict[str, Any] = (
+            {"flow_state": "completed", "outcome_type": "recommendation_delivered", "outcome_summary": outcome_summary}
+            if abort_reason is None
+            else {"flow_state": "aborted", "abort_reason": abort_reason, "outcome_summary": outcome_summary}
         )
+        closed = agent.patch(flow_url(flow_id), body, format="json")
         assert closed.status_code == 200, closed.content
     return Recorded(flow_id, steps)
 
@@ -285,6 +288,128 @@ def test_flow_without_steps_has_an_empty_step_list(agent: APIClient, patient: Pa
     assert response.status_code == 200, response.content
     assert response.json()["steps"] == []
     assert response.json()["outcome_summary"] == OUTCOME
+
+
+# --- Aborted flows: no decision was reached ------------------------------------------------
+
+CONCLUSION_STEP = "Concluded that a follow-up visit is the right next step"
+
+
+@pytest.mark.parametrize(
+    ("abort_reason", "code", "sentence"),
+    [
+        ("tool_error", "tool_error", "One of the tools it relies on failed, so it could not finish."),
+        ("timeout", "timeout", "It ran for too long without finishing, so it was stopped automatically."),
+        ("agent gave up after retries", "other", "It could not finish."),
+    ],
+)
+def test_aborted_flow_says_it_stopped_before_a_decision_and_recommended_nothing(
+    agent: APIClient, patient: Patient, patient_app: APIClient, abort_reason: str, code: str, sentence: str
+) -> None:
+    recorded = record_flow(
+        agent, patient, summaries=["Reviewed recent medications", CONCLUSION_STEP], abort_reason=abort_reason
+    )
+
+    response = patient_app.get(flow_url(recorded.flow_id))
+
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["flow_state"] == "aborted"
+    assert body["reached_decision"] is False
+    assert body["stopped"] == {
+        "message": "This process stopped before reaching a decision. Nothing was recommended.",
+        "reason": code,
+        "reason_text": sentence,
+    }
+    # Nothing presented as the decision or its strength.
+    assert body["outcome_summary"] is None
+    assert body["dimensions"] is None
+    assert OUTCOME not in response.content.decode()
+    # The steps are still there, as what was done before it stopped.
+    assert [card["summary"] for card in body["steps"]] == ["Reviewed recent medications", CONCLUSION_STEP]
+
+
+def test_free_text_abort_reason_is_never_shown_to_the_patient(
+    agent: APIClient, patient: Patient, patient_app: APIClient
+) -> None:
+    recorded = record_flow(agent, patient, abort_reason="EHR lookup crashed on chart-7781")
+
+    response = patient_app.get(flow_url(recorded.flow_id))
+
+    assert response.status_code == 200, response.content
+    assert response.json()["stopped"]["reason"] == "other"
+    assert "chart-7781" not in response.content.decode()
+    assert "crashed" not in response.content.decode()
+
+
+def test_completed_flow_reached_a_decision_and_keeps_its_outcome_and_radar(
+    agent: APIClient, patient: Patient, patient_app: APIClient
+) -> None:
+    recorded = record_flow(agent, patient)
+
+    body = patient_app.get(flow_url(recorded.flow_id)).json()
+
+    assert body["flow_state"] == "completed"
+    assert body["reached_decision"] is True
+    assert body["stopped"] is None
+    assert body["outcome_summary"] == OUTCOME
+    assert body["dimensions"]["axes"][0]["label"] == "How sure"
+
+
+def _documented(schema: dict[str, Any], ref: str) -> dict[str, Any]:
+    component: dict[str, Any] = schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]
+    return component
+
+
+def _assert_matches_schema(schema: dict[str, Any], node: dict[str, Any], value: Any) -> None:
+    """``value`` has exactly the documented properties, each of the documented type."""
+    if "$ref" in node:
+        node = _documented(schema, node["$ref"])
+    if "allOf" in node:  # a nullable $ref
+        (inner,) = node["allOf"]
+        assert value is not None or node.get("nullable"), node
+        if value is not None:
+            _assert_matches_schema(schema, inner, value)
+        return
+    if value is None:
+        assert node.get("nullable"), node
+        return
+    if "enum" in node:
+        assert value in node["enum"], (value, node["enum"])
+    kind = node.get("type")
+    if kind == "object" or "properties" in node:
+        assert isinstance(value, dict)
+        assert set(value) == set(node["properties"]), (set(value), set(node["properties"]))
+        assert set(node.get("required", [])) <= set(value)
+        for key, item in value.items():
+            _assert_matches_schema(schema, node["properties"][key], item)
+    elif kind == "array":
+        assert isinstance(value, list)
+        for item in value:
+            _assert_matches_schema(schema, node["items"], item)
+    elif kind == "string":
+        assert isinstance(value, str)
+    elif kind == "integer":
+        assert isinstance(value, int) and not isinstance(value, bool)
+    elif kind == "boolean":
+        assert isinstance(value, bool)
+
+
+@pytest.mark.parametrize("abort_reason", [None, "tool_error"], ids=["completed", "aborted"])
+def test_narrative_body_is_exactly_what_openapi_documents(
+    agent: APIClient, patient: Patient, patient_app: APIClient, abort_reason: str | None
+) -> None:
+    schema = APIClient().get("/api/schema/?format=json").json()
+    documented = schema["paths"]["/api/reasoning/flows/{flow_id}"]["get"]["responses"]
+    recorded = record_flow(agent, patient, abort_reason=abort_reason)
+    active = record_flow(agent, patient, close=False)
+
+    served = patient_app.get(flow_url(recorded.flow_id))
+    pending = patient_app.get(flow_url(active.flow_id))
+
+    assert (served.status_code, pending.status_code) == (200, 202)
+    _assert_matches_schema(schema, documented["200"]["content"]["application/json"]["schema"], served.json())
+    _assert_matches_schema(schema, documented["202"]["content"]["application/json"]["schema"], pending.json())
 
 
 # --- 202 --------------------------------------------------------------------------------------

@@ -57,9 +57,16 @@ def non_consenting_patient() -> Patient:
 
 @pytest.fixture
 def make_flow() -> MakeFlow:
-    """Open a flow about ``patient`` with one step per summary; close it unless ``close`` is False."""
+    """Open a flow about ``patient`` with one step per summary; close it unless ``close`` is False
+    (aborted with ``abort_reason`` when one is given, else completed)."""
 
-    def make(patient: Patient, summaries: Sequence[str] = SAFE_STEPS, *, close: bool = True) -> uuid.UUID:
+    def make(
+        patient: Patient,
+        summaries: Sequence[str] = SAFE_STEPS,
+        *,
+        close: bool = True,
+        abort_reason: str | None = None,
+    ) -> uuid.UUID:
         flow, _ = services.start_flow(
             {
                 "trigger_type": "lab_result",
@@ -74,7 +81,9 @@ def make_flow() -> MakeFlow:
             services.add_step(
                 flow.pk, {"kind": "retrieval", "agent": "researcher", "summary_text": summary}, actor="system:test"
             )
-        if close:
+        if close and abort_reason is not None:
+            services.close_flow(flow.pk, state="aborted", actor="system:test", abort_reason=abort_reason)
+        elif close:
             services.close_flow(
                 flow.pk,
                 state="completed",
@@ -118,6 +127,54 @@ def test_consenting_patient_sees_their_safe_narrative(consenting_patient: Patien
     assert "Suggested a follow-up visit" in body
     assert DISCLAIMER in body
     assert re.search(r'<time datetime="\d{4}-\d\d-\d\dT[^"]+">\d{1,2} \w+ \d{4}, \d\d:\d\d UTC</time>', body)
+
+
+def test_completed_flow_reads_as_a_decision_with_its_radar(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+    body = html(logged_in(consenting_patient).get(page_url(make_flow(consenting_patient))))
+
+    assert "How this decision was reached" in body
+    assert "Finished" in body
+    assert "How the decision measures up" in body
+    assert "How sure" in body
+    assert "stopped before reaching a decision" not in body
+
+
+CONCLUSION_STEP = "Concluded that a follow-up visit is the right next step"
+
+
+@pytest.mark.parametrize(
+    ("abort_reason", "reason_text"),
+    [
+        ("tool_error", "One of the tools it relies on failed"),
+        ("timeout", "It ran for too long without finishing"),
+        ("lost connection to chart-7781", "It could not finish."),
+    ],
+)
+def test_aborted_flow_says_it_stopped_before_a_decision_and_recommended_nothing(
+    consenting_patient: Patient, make_flow: MakeFlow, abort_reason: str, reason_text: str
+) -> None:
+    flow_id = make_flow(consenting_patient, ["Reviewed recent lab results", CONCLUSION_STEP], abort_reason=abort_reason)
+
+    response = logged_in(consenting_patient).get(page_url(flow_id))
+
+    assert response.status_code == 200
+    body = html(response)
+    text = re.sub(r"<[^>]+>", " ", body)
+    # The banner comes first, before any step could read as a conclusion.
+    banner = text.index("This process stopped before reaching a decision. Nothing was recommended.")
+    assert banner < text.index(CONCLUSION_STEP)
+    assert reason_text in text
+    assert "What was done before it stopped" in text
+    assert "No decision was reached and nothing was recommended." in text
+    # Nothing presented as a finished decision or as its strength.
+    assert "How this decision was reached" not in text
+    assert "Finished" not in text
+    assert "Stopped" in text
+    assert "How the decision measures up" not in text
+    assert "How sure" not in text
+    assert "<svg" not in body
+    assert "chart-7781" not in body
+    assert DISCLAIMER in body
 
 
 def test_served_read_is_audited_for_the_logged_in_user(consenting_patient: Patient, make_flow: MakeFlow) -> None:

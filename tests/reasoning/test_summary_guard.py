@@ -143,6 +143,54 @@ UNSAFE: list[tuple[str, str]] = [
     ("Patient John Smith asked about sleep", "labeled_name"),
 ]
 
+# Lookalike characters: each reads as the Latin text of an UNSAFE example but was not caught
+# before the guard checked a confusables skeleton and folded digits, spaces and dashes.
+LOOKALIKES: list[tuple[str, str]] = [
+    ("Reviewed chart for \u041cRN 4455", "mrn_labeled"),  # Cyrillic capital EM
+    ("Checked 42 \u041eak Street", "street_address"),  # Cyrillic capital O
+    ("Patient is a 67 ye\u0430r old man", "age"),  # Cyrillic small A
+    ("Reviewed \u039cR\u039d 4455", "mrn_labeled"),  # Greek capitals MU and NU
+    ("Spoke with \u041crs. Lee", "titled_name"),  # Cyrillic EM in "Mrs."
+    ("Started lisin\u043epril 20 in the morning", "medication_dose"),  # Cyrillic small O in the drug name
+    ("Opened the M\u0301RN 4455 record", "mrn_labeled"),  # a combining accent on a letter
+    ("Looked up MRN \u0664\u0664\u0665\u0665", "mrn_labeled"),  # Arabic-Indic digits
+    ("Called 555\u058a123\u058a4567", "us_phone"),  # Armenian hyphens
+    ("Compared results from \u0968\u0966\u0968\u096a\u0966\u0969\u0967\u096a", "date_of_birth"),  # Devanagari digits
+    ("Card 4111\u16801111\u16801111\u16801111 on file", "bare_long_id"),  # Ogham space marks
+    ("Used reference 123\u058a456\u058a789", "bare_long_id"),  # Armenian hyphens
+]
+
+# Upper-, lower- and mixed-case spellings of the seed's banned patterns.
+CASE_VARIANTS: list[tuple[str, str]] = [
+    ("Consulted dr. Jane Foster", "titled_name"),
+    ("Consulted DR JANE FOSTER", "titled_name"),
+    ("Consulted dr Jane Foster", "titled_name"),
+    ("Spoke with Mrs smith", "titled_name"),
+    ("Spoke with MRS SMITH", "titled_name"),
+    ("Spoke with mr jones", "titled_name"),
+    ("Spoke with MR. JONES", "titled_name"),
+    ("Reviewed ms garcia notes", "titled_name"),
+    ("Note signed by prof nakamura", "titled_name"),
+    ("Forwarded to doctor Alvarez", "titled_name"),
+    ("Looked up mrn 4455", "mrn_labeled"),
+    ("Looked up Mrn: 4455", "mrn_labeled"),
+    ("Matched by ssn ending in 6789", "ssn"),
+    ("Confirmed Dob 03/14/1962", "date_of_birth"),
+    ("Noted dob: march 14", "date_of_birth"),
+    ("Symptoms began on march 14", "written_date"),
+    ("Symptoms began on MARCH 14", "written_date"),
+    ("Admitted may 5 for observation", "written_date"),
+    ("Labs from september 2023 were reviewed", "written_date"),
+    ("Lives at 42 oak st", "street_address"),
+    ("Lives at 42 OAK ST", "street_address"),
+    ("Lives at 42 Oak street", "street_address"),
+    ("Mailed to 1600 pennsylvania ave", "street_address"),
+    ("Moved to boston, ma 02118", "zip_code"),
+    ("Asked whether patient Jordan slept well", "labeled_name"),
+    ("PATIENT JOHN SMITH asked about sleep", "labeled_name"),
+    ("A caregiver named sam called", "labeled_name"),
+]
+
 SAFE: list[str] = [
     "Reviewed recent medications",
     "Retrieved current guidelines for blood pressure",
@@ -229,6 +277,23 @@ SAFE: list[str] = [
     "Adjusted the branch weight to 0.7",
     "Reviewed the mRNA vaccine evidence summary",
     "Kept the top 10% of results",
+    # Near misses for the case-insensitive and lookalike rules.
+    "Took 12 ms per retrieval step",
+    "Finished in 300 ms. Then ranked the passages",
+    "Checks 1 and 2 may conflict",
+    "Step 2 may be skipped next time",
+    "Compared 3 options in a row",
+    "Checked 3 sources the same way",
+    "Found 2 factors that drive the result",
+    "Reviewed the MR imaging guidance",
+    "Asked the doctor about dosing",
+    "Reviewed 3 studies named after their authors",
+    "Nurse advice line guidance reviewed",
+    "Compared the caf\u00e9 study with 2 others",
+    "Kept 3 passages with similarity \u2265 0.8",
+    "Evidence from 2019\u20132023 was consistent",
+    "Marked the claim \u201cnot supported\u201d after 2 checks",
+    "Ran 2 passes \u00d7 3 prompts",
 ]
 
 
@@ -251,6 +316,25 @@ def test_corpus_is_large_enough() -> None:
 @pytest.mark.parametrize(("text", "rule"), _unsafe_params())
 def test_unsafe_summary_is_stopped_by_its_rule(text: str, rule: str) -> None:
     assert check_summary(text) == GuardResult(ok=False, rule=rule)
+
+
+@pytest.mark.parametrize(("text", "rule"), LOOKALIKES, ids=[f"{rule}-{i}" for i, (_, rule) in enumerate(LOOKALIKES)])
+def test_lookalike_characters_are_stopped_like_their_latin_spelling(text: str, rule: str) -> None:
+    assert not text.isascii()
+    assert check_summary(text) == GuardResult(ok=False, rule=rule)
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"), CASE_VARIANTS, ids=[f"{rule}-{i}" for i, (_, rule) in enumerate(CASE_VARIANTS)]
+)
+def test_case_variants_are_stopped(text: str, rule: str) -> None:
+    assert check_summary(text) == GuardResult(ok=False, rule=rule)
+
+
+def test_lookalike_letters_in_a_safe_summary_still_pass() -> None:
+    # The skeleton only unmasks; a harmless summary in lookalike letters stays harmless.
+    assert check_summary("Reviewed r\u0435cent medic\u0430tions").ok
+    assert check_summary("C\u043emp\u0430red two evidence branches").ok
 
 
 @pytest.mark.parametrize("text", SAFE, ids=[text[:48] for text in SAFE])
