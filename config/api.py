@@ -18,9 +18,11 @@ from config.errors import ServiceError
 
 
 class StrictJSONParser(JSONParser):
-    """DRF's JSON parser, plus clean 400s for bodies it would otherwise crash on.
+    """DRF's JSON parser, plus clean 400s for bodies it would otherwise crash on or misread.
 
-    The standard parser lets ``RecursionError`` (absurdly deep nesting) escape as a 500.
+    The standard parser lets ``RecursionError`` (absurdly deep nesting) escape as a 500, and
+    lets the last of two equal keys win: ``{"pii_fields": ["name"], ..., "pii_fields": []}``
+    would store the name in clear. A duplicate key, at any depth, is a 400 naming it.
     """
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
@@ -29,7 +31,7 @@ class StrictJSONParser(JSONParser):
         encoding = get_encoding(parser_context or {})
         try:
             decoded = codecs.getreader(encoding)(stream)
-            return json.load(decoded, parse_constant=_reject_constant)
+            return json.load(decoded, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
         except RecursionError as exc:
             raise ParseError("JSON parse error - nesting too deep") from exc
         except (ValueError, UnicodeDecodeError) as exc:
@@ -38,6 +40,16 @@ class StrictJSONParser(JSONParser):
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Called for every object, innermost first, so nested duplicates are caught too.
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

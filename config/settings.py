@@ -106,6 +106,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: nothing may read a chunked body before it is read whole (or refused).
+    "config.middleware.ChunkedBodyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
