@@ -1,4 +1,8 @@
-"""Shared API plumbing: the JSON parser, the single error shape, JSON 404/500 pages."""
+"""Shared API plumbing: the JSON parser, the single error shape, JSON 404/500 pages.
+
+The API view base and the OpenAPI schema class are in ``config.api_views``: DRF's settings
+import this module while ``rest_framework.views`` is still loading.
+"""
 
 from __future__ import annotations
 
