@@ -16,7 +16,6 @@ from rest_framework import status
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding  # type: ignore[attr-defined]  # DRF >= 3.18
 from rest_framework.response import Response
-from rest_framework.views import exception_handler as drf_exception_handler
 
 from config.errors import ServiceError
 
@@ -58,6 +57,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler, plus service errors and oversized or suspicious bodies as JSON 4xx."""
+    # Imported here: rest_framework.views reads DEFAULT_PARSER_CLASSES (this module) as it loads.
+    from rest_framework.views import exception_handler as drf_exception_handler
+
     if isinstance(exc, ServiceError):
         return Response(exc.as_body(), status=exc.status_code)
     if isinstance(exc, RequestDataTooBig):
