@@ -229,3 +229,53 @@ def test_complete_with_a_sentence_as_error_is_400_explaining_labels(operator: AP
     assert "[A-Za-z0-9_.:/-]" in response.json()["error"][0]
     assert ResearchRequest.objects.get().status == ResearchRequest.Status.DISPATCHED
     assert operator.post(url, {"error": "dispatcher_gave_up"}, format="json").status_code == 200
+
+
+# --- Questions, notes and claim ids: text on several lines, nothing invisible ---------------------
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\u200b", "\u2028", "\ufeff", "\x07"])
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        pytest.param(
+            "/admin/v1/reasoning/research/deeper-request",
+            {"trigger_type": "user_question", "question": "Which {c}guideline?"},
+            "question",
+            id="question",
+        ),
+        pytest.param(
+            "/admin/v1/reasoning/research/deeper-request",
+            {"trigger_type": "user_question", "question": "Why?", "trigger_ref": "b{c}p"},
+            "trigger_ref",
+            id="trigger_ref",
+        ),
+        pytest.param(
+            "/admin/v1/reasoning/claims-pending-review", {"claim_id": "claim-{c}7"}, "claim_id", id="claim_id"
+        ),
+    ],
+)
+def test_multiline_text_with_an_invisible_character_is_400_naming_it(
+    operator: APIClient, path: str, body: dict[str, str], field: str, char: str, audit_actions: Callable[[], list[str]]
+) -> None:
+    before = audit_actions()
+    payload = {key: value.replace("{c}", char) for key, value in body.items()}
+
+    response = operator.post(path, payload, format="json")
+
+    assert response.status_code == 400, response.content
+    assert "Must be text without control characters." in response.json()[field]
+    assert audit_actions() == before
+
+
+def test_multiline_question_keeps_its_line_breaks_and_tabs(operator: APIClient) -> None:
+    question = "Which guideline?\r\n\tAdults over 80 → targets"
+
+    response = operator.post(
+        "/admin/v1/reasoning/research/deeper-request",
+        {"trigger_type": "user_question", "question": question},
+        format="json",
+    )
+
+    assert response.status_code == 201, response.content
+    assert response.json()["question"] == question
