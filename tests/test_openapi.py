@@ -323,13 +323,14 @@ def _new_flow(agent: APIClient) -> str:
 
 def _send_field(component: str, field: str, value: str, agent: APIClient, operator: APIClient) -> Any:
     """Send a valid body of ``component`` with ``field`` set to ``value``."""
+    body: dict[str, Any]
     if component == "FlowCreateRequest":
         return agent.post("/api/reasoning/flows", {"trigger_type": "user_question", field: value}, format="json")
     if component == "StepCreateRequest":
         body = {"kind": "retrieval", "agent": "researcher", "summary_text": "Looked up", field: value}
         return agent.post(f"/api/reasoning/flows/{_new_flow(agent)}/steps", body, format="json")
     if component in ("FlowCloseRequest", "OutcomeMetricsRequest"):
-        body: dict[str, Any] = {"flow_state": "completed", "outcome_type": "answered"}
+        body = {"flow_state": "completed", "outcome_type": "answered"}
         if component == "OutcomeMetricsRequest":
             body["outcome_metrics"] = {field: value}
         else:

@@ -103,7 +103,7 @@ def test_bad_filter_value_is_400_naming_it(operator: APIClient, query: str, fiel
 # --- Cursor pages ------------------------------------------------------------------------------
 
 
-def read_all_pages(operator: APIClient, query: dict[str, Any]) -> list[list[str]]:
+def read_all_pages(operator: APIClient, query: dict[str, str | int]) -> list[list[str]]:
     pages: list[list[str]] = []
     response = operator.get(LIST_URL, query)
     while True:
@@ -156,7 +156,7 @@ def test_a_flow_written_between_two_pages_does_not_shift_the_next_page(
     first = operator.get(LIST_URL, {"limit": 2})
     open_flow(agent, at=T0 + timedelta(hours=4))
 
-    second = operator.get(LIST_URL, {"limit": 2, "cursor": first.headers["X-Next-Cursor"]})
+    second = operator.get(LIST_URL, {"limit": "2", "cursor": str(first.headers["X-Next-Cursor"])})
 
     assert ids(second) == [flows["critic-1"], flows["researcher-1"]]
 
@@ -172,7 +172,13 @@ def test_list_with_filters_and_cursor_costs_two_queries(
     operator: APIClient, flows: dict[str, str], django_assert_num_queries: Callable[..., Any]
 ) -> None:
     cursor = operator.get(LIST_URL, {"limit": 1}).headers["X-Next-Cursor"]
-    query = {"agent": "critic", "session_id": "s-2", "created_after": T0.isoformat(), "limit": 1, "cursor": cursor}
+    query: dict[str, str | int] = {
+        "agent": "critic",
+        "session_id": "s-2",
+        "created_after": T0.isoformat(),
+        "limit": 1,
+        "cursor": cursor,
+    }
 
     # Expect 2 queries: the token lookup, then one page of flows (limit + 1 rows).
     with django_assert_num_queries(2):
