@@ -183,6 +183,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
+    # PATCH bodies here are not partial updates: the close and resolve bodies have required fields.
+    "COMPONENT_SPLIT_PATCH": False,
     "ENUM_NAME_OVERRIDES": {"FlowStateEnum": "reasoning.models.ReasoningFlow.State"},
     # Swagger UI assets come from the installed sidecar package, never a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",

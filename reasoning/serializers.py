@@ -86,25 +86,40 @@ class PlainTextValidator:
         return (
             "Plain text: no control characters, no format characters (zero-width, bidirectional controls, soft "
             "hyphen, BOM), no line/paragraph separators (U+2028, U+2029), surrogates or private-use characters "
-            f"(Unicode categories Cc, Cf, Zl, Zp, Cs, Co). {lines}`pattern` lists the allowed characters up to "
-            "U+FFFF; characters beyond it are accepted unless they are format or private-use characters."
+            f"(Unicode categories Cc, Cf, Zl, Zp, Cs, Co). {lines}Surrounding whitespace is trimmed. `pattern` "
+            "lists the allowed characters up to U+FFFF; characters beyond it are accepted unless they are format "
+            "or private-use characters."
         )
 
 
 @cache
 def _allowed_bmp_pattern(multiline: bool) -> str:
-    """``^[...]*$`` over the BMP code points whose category is allowed, as ``\\uXXXX`` ranges."""
+    """The published pattern: allowed BMP characters, with no whitespace at either end.
+
+    ``^(?:N(?:C*N)?)?$`` where C is every allowed character and N the non-whitespace ones: the
+    server trims surrounding whitespace (a value of spaces only is blank), so a value this
+    matches is one the server keeps as sent.
+    """
     extra = {0x09, 0x0A, 0x0D} if multiline else set()
+    allowed = [
+        code
+        for code in range(0x10000)
+        if code in extra or unicodedata.category(chr(code)) not in FORBIDDEN_TEXT_CATEGORIES
+    ]
+    any_char = _char_class(allowed)
+    edge_char = _char_class([code for code in allowed if not chr(code).isspace()])
+    return f"^(?:{edge_char}(?:{any_char}*{edge_char})?)?$"
+
+
+def _char_class(codes: list[int]) -> str:
+    """``[\\uXXXX-\\uYYYY...]`` for sorted code points, merged into ranges."""
     ranges: list[tuple[int, int]] = []
-    for code in range(0x10000):
-        if code not in extra and unicodedata.category(chr(code)) in FORBIDDEN_TEXT_CATEGORIES:
-            continue
+    for code in codes:
         if ranges and ranges[-1][1] == code - 1:
             ranges[-1] = (ranges[-1][0], code)
         else:
             ranges.append((code, code))
-    parts = [f"\\u{lo:04x}" if lo == hi else f"\\u{lo:04x}-\\u{hi:04x}" for lo, hi in ranges]
-    return "^[" + "".join(parts) + "]*$"
+    return "[" + "".join(f"\\u{lo:04x}" if lo == hi else f"\\u{lo:04x}-\\u{hi:04x}" for lo, hi in ranges) + "]"
 
 
 # Summaries are shown to patients as single lines of plain text.
