@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
+from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
@@ -19,6 +20,13 @@ from config.api import StrictJSONParser
 from config.api_views import ApiView
 from patients.services import create_patient
 from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.serializers import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictSerializer,
+)
 from reasoning.services import create_api_token
 from research_backlog.models import ResearchRequest
 
@@ -126,6 +134,41 @@ def test_query_parameters_are_checked_after_authentication(anonymous: APIClient)
 
 
 # --- Numbers are JSON numbers -------------------------------------------------------------------
+
+
+def request_serializers() -> list[type[StrictSerializer]]:
+    import pathways.api  # noqa: F401  - every app's request serializers, loaded
+    import research_backlog.api  # noqa: F401
+
+    found: list[type[StrictSerializer]] = []
+    pending = [StrictSerializer]
+    while pending:
+        cls = pending.pop()
+        found.extend(cls.__subclasses__())
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+# Lenient DRF field -> the strict field every request serializer must use instead.
+STRICT_FIELDS = {
+    serializers.FloatField: StrictFloatField,
+    serializers.IntegerField: StrictIntegerField,
+    serializers.BooleanField: StrictBooleanField,
+    serializers.CharField: StrictCharField,
+}
+
+
+@pytest.mark.parametrize("serializer_class", request_serializers(), ids=lambda cls: cls.__name__)
+def test_request_serializers_use_only_strict_scalar_fields(serializer_class: type[StrictSerializer]) -> None:
+    fields = serializer_class().fields
+    lenient = [
+        name
+        for name, field in fields.items()
+        for loose, strict in STRICT_FIELDS.items()
+        if isinstance(field, loose) and not isinstance(field, strict) and not isinstance(field, serializers.ChoiceField)
+    ]
+
+    assert not lenient, f"{serializer_class.__name__}: {lenient} accept strings or booleans for other types"
 
 
 @pytest.mark.parametrize(
