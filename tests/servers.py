@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -63,16 +64,38 @@ class Server:
         path: str,
         body: bytes | Iterable[bytes] | None = None,
         headers: dict[str, str] | None = None,
+        *,
+        early_answer_wait: float = 0.0,
     ) -> Answer:
-        """Send ``body`` as is (bytes: with Content-Length; an iterable of chunks: chunked)."""
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
-        try:
-            chunked = body is not None and not isinstance(body, bytes)
-            conn.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
-            response = conn.getresponse()
+        """Send ``body`` as is: bytes with Content-Length, an iterable of chunks chunked.
+
+        ``early_answer_wait``: for a chunked body, how long to wait after the headers for a server
+        that answers without reading the body (a 411); only then is the body sent.
+        """
+        if body is None or isinstance(body, bytes):
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+            try:
+                conn.request(method, path, body=body, headers=headers or {})
+                response = conn.getresponse()
+                return Answer(response.status, dict(response.getheaders()), response.read())
+            finally:
+                conn.close()
+        return self._send_chunked(method, path, list(body), headers or {}, early_answer_wait)
+
+    def _send_chunked(
+        self, method: str, path: str, chunks: list[bytes], headers: dict[str, str], early_answer_wait: float
+    ) -> Answer:
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}", "Transfer-Encoding: chunked"]
+        lines += ["Connection: close", *(f"{name}: {value}" for name, value in headers.items())]
+        encoded = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for chunk in chunks if chunk) + b"0\r\n\r\n"
+        with socket.create_connection((self.host, self.port), timeout=30) as sock:
+            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+            answered_early = early_answer_wait > 0 and select.select([sock], [], [], early_answer_wait)[0]
+            if not answered_early:
+                sock.sendall(encoded)
+            response = http.client.HTTPResponse(sock)
+            response.begin()
             return Answer(response.status, dict(response.getheaders()), response.read())
-        finally:
-            conn.close()
 
 
 def run_gunicorn() -> Iterator[Server]:

@@ -175,7 +175,10 @@ def test_chunked_body_on_a_server_that_cannot_decode_it_is_411(
     server = Server(host, int(port))
     assert server.request("POST", "/admin/v1/reasoning/research/deeper-request", enqueue, admin).status == 201
 
-    answer = server.request("POST", NEXT, chunks(json.dumps({"trigger_type": "no_such_type"}).encode()), admin)
+    body = chunks(json.dumps({"trigger_type": "no_such_type"}).encode())
+
+    # The server answers as soon as it has the headers; sending the body then would hit a closed socket.
+    answer = server.request("POST", NEXT, body, admin, early_answer_wait=5)
 
     assert answer.status == 411, answer.body
     assert "Content-Length" in answer.json()["detail"]
