@@ -1,4 +1,8 @@
-"""Shared API plumbing: the JSON parser, the single error shape, JSON 404/500 pages."""
+"""Shared API plumbing: the JSON parser, the single error shape, JSON 404/500 pages.
+
+The API view base and the OpenAPI schema class are in ``config.api_views``: DRF's settings
+import this module while ``rest_framework.views`` is still loading.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +16,16 @@ from rest_framework import status
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding  # type: ignore[attr-defined]  # DRF >= 3.18
 from rest_framework.response import Response
-from rest_framework.views import exception_handler as drf_exception_handler
 
 from config.errors import ServiceError
 
 
 class StrictJSONParser(JSONParser):
-    """DRF's JSON parser, plus clean 400s for bodies it would otherwise crash on.
+    """DRF's JSON parser, plus clean 400s for bodies it would otherwise crash on or misread.
 
-    The standard parser lets ``RecursionError`` (absurdly deep nesting) escape as a 500.
+    The standard parser lets ``RecursionError`` (absurdly deep nesting) escape as a 500, and
+    lets the last of two equal keys win: ``{"pii_fields": ["name"], ..., "pii_fields": []}``
+    would store the name in clear. A duplicate key, at any depth, is a 400 naming it.
     """
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
@@ -29,7 +34,7 @@ class StrictJSONParser(JSONParser):
         encoding = get_encoding(parser_context or {})
         try:
             decoded = codecs.getreader(encoding)(stream)
-            return json.load(decoded, parse_constant=_reject_constant)
+            return json.load(decoded, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
         except RecursionError as exc:
             raise ParseError("JSON parse error - nesting too deep") from exc
         except (ValueError, UnicodeDecodeError) as exc:
@@ -40,8 +45,21 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Called for every object, innermost first, so nested duplicates are caught too.
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler, plus service errors and oversized or suspicious bodies as JSON 4xx."""
+    # Imported here: rest_framework.views reads DEFAULT_PARSER_CLASSES (this module) as it loads.
+    from rest_framework.views import exception_handler as drf_exception_handler
+
     if isinstance(exc, ServiceError):
         return Response(exc.as_body(), status=exc.status_code)
     if isinstance(exc, RequestDataTooBig):

@@ -9,14 +9,14 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from audit.actions import Action
 from audit.services import record
+from config.api_views import ApiView
 from pathways import services
 from pathways.matcher import Candidate
 from pathways.stats import pathway_stats
-from reasoning.api import ERRORS, parse_limit, parse_uuid
+from reasoning.api import ERRORS, limit_parameter, parse_limit, parse_uuid
 from reasoning.auth import IsAdmin, actor_of
 
 MAX_MATCH_LIMIT = 50
@@ -39,8 +39,15 @@ def candidate_representation(candidate: Candidate, dimensions: dict[str, Any]) -
     }
 
 
-class PathwayMatchView(APIView):
+class PathwayMatchView(ApiView):
     permission_classes = [IsAdmin]
+    query_parameters = {
+        "get": [
+            OpenApiParameter("trigger_type", str, required=True),
+            OpenApiParameter("trigger_ref", str),
+            limit_parameter(default=10, maximum=MAX_MATCH_LIMIT),
+        ]
+    }
 
     @extend_schema(
         operation_id="pathways_match",
@@ -51,11 +58,6 @@ class PathwayMatchView(APIView):
         "never match. Each candidate carries its Decision Dimensions radar (`dimensions`: six axes, 0-7 with a "
         "low/medium/high bucket; Risk is the caution axis). Audits `reasoning.pathway.match_requested` (count "
         "and top reason only).",
-        parameters=[
-            OpenApiParameter("trigger_type", str, required=True),
-            OpenApiParameter("trigger_ref", str),
-            OpenApiParameter("limit", int, description=f"1 to {MAX_MATCH_LIMIT}, default 10."),
-        ],
         responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="`{candidates: [...]}`"), **ERRORS},
     )
     def get(self, request: Request) -> Response:
@@ -68,7 +70,7 @@ class PathwayMatchView(APIView):
         return Response({"candidates": body})
 
 
-class PathwayHitView(APIView):
+class PathwayHitView(ApiView):
     permission_classes = [IsAdmin]
 
     @extend_schema(
@@ -85,7 +87,7 @@ class PathwayHitView(APIView):
         return Response({"id": pathway.pk, "hit_count": pathway.hit_count, "last_hit_at": pathway.last_hit_at})
 
 
-class PathwayStatsView(APIView):
+class PathwayStatsView(ApiView):
     permission_classes = [IsAdmin]
 
     @extend_schema(

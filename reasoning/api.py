@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+import re
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
+from django.db.models import Q, QuerySet
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -14,8 +22,8 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
-from rest_framework.views import APIView
 
+from config.api_views import ApiView
 from config.errors import InvalidInput
 from reasoning import services
 from reasoning.access import CanReadNarrative, NarrativeReadThrottle, actor_for, patient_of
@@ -23,6 +31,7 @@ from reasoning.auth import BearerTokenAuthentication, CanWrite, IsAdmin, TokenPr
 from reasoning.models import ApiToken, ReasoningFlow
 from reasoning.narrative import read_narrative
 from reasoning.serializers import (
+    LABEL_PATTERN,
     MAX_BATCH_STEPS,
     AdminFlowSerializer,
     FlowCloseSerializer,
@@ -36,6 +45,7 @@ from reasoning.serializers import (
     StepSerializer,
     admin_flow_representation,
     flow_representation,
+    label_validator,
     step_representation,
 )
 from reasoning.stats import reasoning_stats
@@ -56,7 +66,7 @@ def parse_uuid(value: str, field: str) -> uuid.UUID:
         raise InvalidInput("must be a valid UUID", field=field) from None
 
 
-class FlowCollectionView(APIView):
+class FlowCollectionView(ApiView):
     permission_classes = [CanWrite]
 
     @extend_schema(
@@ -87,7 +97,7 @@ class FlowCollectionView(APIView):
         return Response(flow_representation(flow), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
-class FlowDetailView(APIView):
+class FlowDetailView(ApiView):
     """GET: the patient narrative. PATCH: close the flow (agents)."""
 
     authentication_classes = [BearerTokenAuthentication, SessionAuthentication]
@@ -172,7 +182,7 @@ class FlowDetailView(APIView):
         return Response(flow_representation(flow))
 
 
-class StepCollectionView(APIView):
+class StepCollectionView(ApiView):
     permission_classes = [CanWrite]
 
     @extend_schema(
@@ -209,7 +219,7 @@ class StepCollectionView(APIView):
         return Response(step_representation(step), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
-class StepBatchView(APIView):
+class StepBatchView(ApiView):
     permission_classes = [CanWrite]
 
     @extend_schema(
@@ -240,34 +250,152 @@ class StepBatchView(APIView):
         )
 
 
-class AdminFlowListView(APIView):
+def limit_parameter(*, default: int, maximum: int) -> OpenApiParameter:
+    """The ``limit`` query parameter, with the bounds ``parse_limit`` enforces."""
+    return OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": maximum, "default": default},
+        description=f"1 to {maximum}, default {default}.",
+    )
+
+
+MAX_FLOW_LIST = 200
+FLOW_LIST_PARAMETERS = [
+    OpenApiParameter("trace_id", str, description="Only flows of this correlation id (an agent turn)."),
+    OpenApiParameter("flow_state", str, enum=ReasoningFlow.State.values),
+    OpenApiParameter(
+        "agent", str, description="Only flows of this agent label.", examples=[OpenApiExample("Critic", value="critic")]
+    ),
+    OpenApiParameter("session_id", str, description="Only flows of this session."),
+    OpenApiParameter(
+        "trigger_type",
+        str,
+        description="Only flows with this trigger type.",
+        examples=[OpenApiExample("User question", value="user_question")],
+    ),
+    OpenApiParameter(
+        "created_after",
+        OpenApiTypes.DATETIME,
+        description="Only flows created at or after this time (ISO 8601 with an offset; write `Z`, or `+` as %2B).",
+        examples=[OpenApiExample("Start of March", value="2026-03-01T00:00:00Z")],
+    ),
+    OpenApiParameter(
+        "created_before",
+        OpenApiTypes.DATETIME,
+        description="Only flows created before this time (exclusive, so consecutive windows do not overlap).",
+        examples=[OpenApiExample("Start of April", value="2026-04-01T00:00:00Z")],
+    ),
+    limit_parameter(default=50, maximum=MAX_FLOW_LIST),
+    OpenApiParameter(
+        "cursor",
+        str,
+        description="Opaque: the `X-Next-Cursor` of the previous page (with the same filters); omit it at first.",
+    ),
+]
+LABEL_RE = re.compile(LABEL_PATTERN)
+# Exact-match filters on text columns: (query parameter, model field).
+FLOW_TEXT_FILTERS = [("trace_id", "trace_id"), ("agent", "agent"), ("session_id", "session_id")]
+
+
+class AdminFlowListView(ApiView):
     permission_classes = [IsAdmin]
-    max_limit = 200
+    max_limit = MAX_FLOW_LIST
+    query_parameters = {"get": FLOW_LIST_PARAMETERS}
 
     @extend_schema(
         operation_id="admin_flows_list",
         summary="List flows (newest first)",
-        description="Needs `reasoning.admin`. Not audited. Filter by `trace_id` to reconstruct an agent turn.",
+        description="Needs `reasoning.admin`. Not audited. Filter by `trace_id` to reconstruct an agent turn, "
+        "or by `agent`, `session_id`, `trigger_type`, `flow_state` and a `created_after`/`created_before` "
+        "window; filters combine (AND). Unknown query parameters are a 400. Ordered by `created_at` then `id`, "
+        "newest first. When more flows match than `limit`, the response carries `X-Next-Cursor` (and a "
+        '`Link: <...>; rel="next"` header): send it back as `cursor` with the same filters for the next page.',
         parameters=[
-            OpenApiParameter("trace_id", str, description="Only flows of this correlation id."),
-            OpenApiParameter("flow_state", str, enum=ReasoningFlow.State.values),
-            OpenApiParameter("limit", int, description="1 to 200, default 50."),
+            OpenApiParameter(
+                "X-Next-Cursor",
+                str,
+                OpenApiParameter.HEADER,
+                response=[200],
+                description="The `cursor` of the next page; absent on the last page.",
+            ),
+            OpenApiParameter(
+                "Link", str, OpenApiParameter.HEADER, response=[200], description='The next page as `rel="next"`.'
+            ),
         ],
         responses={200: FlowSerializer(many=True), **ERRORS},
+        examples=[
+            OpenApiExample(
+                "A critic's flows in March",
+                response_only=True,
+                value=[{"id": "0b5c…", "trigger_type": "user_question", "agent": "critic", "flow_state": "completed"}],
+            )
+        ],
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        flows = ReasoningFlow.objects.order_by("-created_at")
-        if trace_id := params.get("trace_id"):
-            if len(trace_id) > 100 or "\x00" in trace_id:
-                raise InvalidInput("must be at most 100 characters, without NUL", field="trace_id")
-            flows = flows.filter(trace_id=trace_id)
+        flows: QuerySet[ReasoningFlow] = ReasoningFlow.objects.order_by("-created_at", "-id")
+        for name, column in FLOW_TEXT_FILTERS:
+            if value := params.get(name):
+                if len(value) > 100 or "\x00" in value:
+                    raise InvalidInput("must be at most 100 characters, without NUL", field=name)
+                flows = flows.filter(**{column: value})
+        if trigger_type := params.get("trigger_type"):
+            if len(trigger_type) > 100 or not LABEL_RE.match(trigger_type):
+                raise InvalidInput(str(label_validator.message), field="trigger_type")
+            flows = flows.filter(trigger_type=trigger_type)
         if state := params.get("flow_state"):
             if state not in ReasoningFlow.State.values:
                 raise InvalidInput(f"must be one of {', '.join(ReasoningFlow.State.values)}", field="flow_state")
             flows = flows.filter(flow_state=state)
+        if after := params.get("created_after"):
+            flows = flows.filter(created_at__gte=_parse_datetime(after, "created_after"))
+        if before := params.get("created_before"):
+            flows = flows.filter(created_at__lt=_parse_datetime(before, "created_before"))
         limit = parse_limit(params.get("limit"), default=50, maximum=self.max_limit)
-        return Response([flow_representation(flow) for flow in flows[:limit]])
+        if cursor := params.get("cursor"):
+            flows = _after_cursor(flows, cursor)
+        # One row more than the page tells whether there is a next page, in the same query.
+        page = list(flows[: limit + 1])
+        response = Response([flow_representation(flow) for flow in page[:limit]])
+        if len(page) > limit:
+            next_cursor = _encode_cursor(page[limit - 1])
+            query = urlencode({**{k: v for k, v in params.items() if k != "cursor"}, "cursor": next_cursor})
+            response["X-Next-Cursor"] = next_cursor
+            response["Link"] = f'<{request.build_absolute_uri(request.path)}?{query}>; rel="next"'
+        return response
+
+
+def _parse_datetime(raw: str, field: str) -> datetime:
+    try:
+        value = parse_datetime(raw)
+    except ValueError:
+        value = None
+    if value is None:
+        raise InvalidInput("must be an ISO 8601 date-time, e.g. 2026-03-01T09:00:00Z", field=field)
+    if value.tzinfo is None:
+        raise InvalidInput("must carry a time zone offset, e.g. 2026-03-01T09:00:00Z", field=field)
+    return value
+
+
+# The cursor is the (created_at, id) of the last flow of the previous page, base64url-encoded
+# JSON: opaque to clients (its form may change), and keyset-based, so flows written between two
+# page reads never shift the next page.
+def _encode_cursor(flow: ReasoningFlow) -> str:
+    raw = json.dumps([flow.created_at.isoformat(), str(flow.id)], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _after_cursor(flows: QuerySet[ReasoningFlow], cursor: str) -> QuerySet[ReasoningFlow]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_text, id_text = json.loads(raw)
+        created_at = datetime.fromisoformat(created_text)
+        flow_id = uuid.UUID(id_text)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise InvalidInput("is not a cursor this route issued", field="cursor") from None
+    if created_at.tzinfo is None:
+        raise InvalidInput("is not a cursor this route issued", field="cursor")
+    return flows.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=flow_id))
 
 
 def parse_limit(raw: Any, *, default: int, maximum: int) -> int:
@@ -282,8 +410,11 @@ def parse_limit(raw: Any, *, default: int, maximum: int) -> int:
     return value
 
 
-class AdminFlowDetailView(APIView):
+class AdminFlowDetailView(ApiView):
     permission_classes = [IsAdmin]
+    query_parameters = {
+        "get": [OpenApiParameter("include_reasoning", bool, description="Include raw chain-of-thought.")]
+    }
 
     @extend_schema(
         operation_id="admin_flows_read",
@@ -293,10 +424,7 @@ class AdminFlowDetailView(APIView):
         "chain-of-thought (`reasoning_content`) is included only with `include_reasoning=true` and the "
         "`reasoning.cot.read` scope (403 otherwise); that read also audits "
         "`admin.reasoning.flow.reasoning_content_read`.",
-        parameters=[
-            FLOW_ID,
-            OpenApiParameter("include_reasoning", bool, description="Include raw chain-of-thought."),
-        ],
+        parameters=[FLOW_ID],
         responses={200: AdminFlowSerializer, 404: ERROR, **ERRORS},
     )
     def get(self, request: Request, flow_id: str) -> Response:
@@ -318,7 +446,7 @@ def _flag(raw: str | None, field: str) -> bool:
     raise InvalidInput("must be true or false", field=field)
 
 
-class AdminStatsView(APIView):
+class AdminStatsView(ApiView):
     permission_classes = [IsAdmin]
 
     @extend_schema(

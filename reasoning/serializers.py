@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
+import unicodedata
+from functools import cache
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
+from django.utils.deconstruct import deconstructible
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -14,15 +18,116 @@ from reasoning.models import ReasoningFlow, ReasoningStep
 # Labels (trigger types, step kinds, agents, outcome types) are identifiers, not prose:
 # restricting their alphabet keeps free text (and so PHI) out of metrics and audit payloads.
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
-label_validator = RegexValidator(
-    LABEL_PATTERN,
-    "Use letters, digits and _ . : / - only (a label, not a sentence).",
+LABEL_RULE = (
+    "A label: letters, digits and _ . : / - only ([A-Za-z0-9_.:/-]), starting with a letter or digit, "
+    "e.g. `dispatcher_gave_up`."
 )
 
-# Summaries are shown to patients as single lines of plain text: no control characters.
-plain_text_validator = RegexValidator(
-    r"[\x00-\x1f\x7f-\x9f]", "Must be plain text on one line (no control characters).", inverse_match=True
+
+class LabelValidator(RegexValidator):
+    """The label rule; its message says what a label is, so a caller can fix a rejected value."""
+
+    # Read by config.api.AutoSchema: every label field's OpenAPI description states the rule.
+    openapi_description = LABEL_RULE
+
+    def __init__(self) -> None:
+        super().__init__(
+            LABEL_PATTERN,
+            "Must be a label matching [A-Za-z0-9_.:/-] (letters, digits and _ . : / -, starting with a letter "
+            "or digit), e.g. dispatcher_gave_up: a label, not a sentence.",
+        )
+
+
+label_validator = LabelValidator()
+
+# Unicode categories no plain text needs, all of which render invisibly or reorder what an
+# operator or patient reads: controls (Cc), format characters (Cf: zero-width, bidi controls,
+# soft hyphen, BOM, tags), line and paragraph separators (Zl, Zp), surrogates and private use.
+FORBIDDEN_TEXT_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co"})
+
+
+@deconstructible
+class PlainTextValidator:
+    """Refuse characters of ``FORBIDDEN_TEXT_CATEGORIES``; ``multiline`` text may hold tab, LF and CR.
+
+    Not a RegexValidator: drf-spectacular would publish its regex as a positive ``pattern``
+    even though it lists the forbidden characters. ``openapi_pattern`` is the published
+    form: the allowed characters of the Basic Multilingual Plane (a JSON Schema pattern
+    cannot name Unicode categories portably). Every value it matches is accepted here;
+    characters past U+FFFF (emoji, …) are accepted too unless they are format or private-use.
+    """
+
+    def __init__(self, message: str, *, multiline: bool = False) -> None:
+        self.message = message
+        self.multiline = multiline
+        self.allowed = frozenset("\t\n\r") if multiline else frozenset()
+
+    def __call__(self, value: str) -> None:
+        for char in value:
+            if char not in self.allowed and unicodedata.category(char) in FORBIDDEN_TEXT_CATEGORIES:
+                raise ValidationError(self.message, code="invalid")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PlainTextValidator) and (self.message, self.multiline) == (
+            other.message,
+            other.multiline,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.message, self.multiline))
+
+    @property
+    def openapi_pattern(self) -> str:
+        return _allowed_bmp_pattern(self.multiline)
+
+    @property
+    def openapi_description(self) -> str:
+        lines = "Tab, line feed and carriage return are allowed. " if self.multiline else "One line. "
+        return (
+            "Plain text: no control characters, no format characters (zero-width, bidirectional controls, soft "
+            "hyphen, BOM), no line/paragraph separators (U+2028, U+2029), surrogates or private-use characters "
+            f"(Unicode categories Cc, Cf, Zl, Zp, Cs, Co). {lines}Surrounding whitespace is trimmed. `pattern` "
+            "lists the allowed characters up to U+FFFF; characters beyond it are accepted unless they are format "
+            "or private-use characters."
+        )
+
+
+@cache
+def _allowed_bmp_pattern(multiline: bool) -> str:
+    """The published pattern: allowed BMP characters, with no whitespace at either end.
+
+    ``^(?:N(?:C*N)?)?$`` where C is every allowed character and N the non-whitespace ones: the
+    server trims surrounding whitespace (a value of spaces only is blank), so a value this
+    matches is one the server keeps as sent.
+    """
+    extra = {0x09, 0x0A, 0x0D} if multiline else set()
+    allowed = [
+        code
+        for code in range(0x10000)
+        if code in extra or unicodedata.category(chr(code)) not in FORBIDDEN_TEXT_CATEGORIES
+    ]
+    any_char = _char_class(allowed)
+    edge_char = _char_class([code for code in allowed if not chr(code).isspace()])
+    return f"^(?:{edge_char}(?:{any_char}*{edge_char})?)?$"
+
+
+def _char_class(codes: list[int]) -> str:
+    """``[\\uXXXX-\\uYYYY...]`` for sorted code points, merged into ranges."""
+    ranges: list[tuple[int, int]] = []
+    for code in codes:
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+    return "[" + "".join(f"\\u{lo:04x}" if lo == hi else f"\\u{lo:04x}-\\u{hi:04x}" for lo, hi in ranges) + "]"
+
+
+# Summaries are shown to patients as single lines of plain text.
+plain_text_validator = PlainTextValidator(
+    "Must be plain text on one line (no control, format or separator characters such as U+200B, U+202E, U+2028)."
 )
+# Questions and notes may span lines (\n, or \r\n from a browser's textarea) and hold tabs.
+multiline_text_validator = PlainTextValidator("Must be text without control characters.", multiline=True)
 
 MAX_JSON_DEPTH = 20
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -37,6 +142,33 @@ class StrictCharField(serializers.CharField):
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+def _is_json_number(data: Any) -> bool:
+    # bool is an int subclass: true would otherwise count as 1.
+    return isinstance(data, int | float) and not isinstance(data, bool)
+
+
+class StrictFloatField(serializers.FloatField):
+    """A JSON number (integers included): DRF would quietly turn true into 1.0 and "0.5" into 0.5."""
+
+    default_error_messages = {"invalid": "A valid number is required. Send a JSON number, not a string or boolean."}
+
+    def to_internal_value(self, data: Any) -> float:
+        if not _is_json_number(data):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer: DRF would quietly turn true into 1 and "7" into 7."""
+
+    default_error_messages = {"invalid": "A valid integer is required. Send a JSON number, not a string or boolean."}
+
+    def to_internal_value(self, data: Any) -> int:
+        if not _is_json_number(data):
             self.fail("invalid")
         return super().to_internal_value(data)
 
@@ -61,6 +193,9 @@ class StrictBooleanField(serializers.BooleanField):
 
 class StrictSerializer(serializers.Serializer[Any]):
     """Rejects fields it does not know, naming them, instead of silently dropping them."""
+
+    # Read by config.api.AutoSchema: the request body schema says so (additionalProperties: false).
+    openapi_additional_properties = False
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
@@ -155,8 +290,8 @@ class StepCreateSerializer(StrictSerializer):
     extra_parent_ids = serializers.ListField(
         child=StrictUUIDField(), max_length=50, required=False, help_text="Further parents (merges)."
     )
-    confidence = serializers.FloatField(min_value=0.0, max_value=1.0, required=False, allow_null=True)
-    latency_ms = serializers.IntegerField(min_value=0, max_value=2_147_483_647, required=False, allow_null=True)
+    confidence = StrictFloatField(min_value=0.0, max_value=1.0, required=False, allow_null=True)
+    latency_ms = StrictIntegerField(min_value=0, max_value=2_147_483_647, required=False, allow_null=True)
     llm_call_log_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
     experiment_trace_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
     decision_graph_node_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
@@ -184,14 +319,19 @@ class StepBatchSerializer(StrictSerializer):
 class OutcomeMetricsSerializer(StrictSerializer):
     """What the agent measured about its result; the research-backlog producers read these."""
 
-    composite_k = serializers.FloatField(
+    composite_k = StrictFloatField(
         min_value=0.0, max_value=1.0, required=False, allow_null=True, help_text="Researcher evidence strength."
     )
-    evidence_hits = serializers.IntegerField(
+    evidence_hits = StrictIntegerField(
         min_value=0, max_value=1_000_000, required=False, allow_null=True, help_text="Researcher evidence count."
     )
     verdict = label_field(max_length=64, required=False, help_text="Critic verdict, e.g. `promote` or `reject`.")
-    claim_id = StrictCharField(max_length=200, required=False, help_text="Opaque id of the claim judged.")
+    claim_id = StrictCharField(
+        max_length=200,
+        required=False,
+        validators=[multiline_text_validator],
+        help_text="Opaque id of the claim judged.",
+    )
     rejection_reason = label_field(
         max_length=100, required=False, help_text="Why the Critic rejected, as a label (`contradicted_by_source`)."
     )

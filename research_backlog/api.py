@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.validators import RegexValidator
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from config.api_views import ApiView
 from config.errors import InvalidInput
-from reasoning.api import ERRORS, parse_limit, parse_uuid
+from reasoning.api import ERRORS, limit_parameter, parse_limit, parse_uuid
 from reasoning.auth import IsAdmin, actor_of
 from reasoning.models import ReasoningFlow
 from reasoning.serializers import (
@@ -26,6 +25,7 @@ from reasoning.serializers import (
     StrictSerializer,
     StrictUUIDField,
     label_field,
+    multiline_text_validator,
 )
 from research_backlog import health, services
 from research_backlog.models import ClaimReview, ResearchRequest
@@ -34,11 +34,8 @@ CONFLICT = OpenApiResponse(OpenApiTypes.OBJECT, description="The row is not in a
 NOT_FOUND = OpenApiResponse(OpenApiTypes.OBJECT, description="No such row.")
 MAX_PENDING_LIST = 500
 
-# Questions and notes may span lines (\n, or \r\n from a browser's textarea) and hold
-# tabs, but carry no other control characters.
-text_validator = RegexValidator(
-    r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", "Must be text without control characters.", inverse_match=True
-)
+# Questions and notes may span lines and hold tabs, but no other control, format or separator characters.
+text_validator = multiline_text_validator
 
 
 def request_representation(row: ResearchRequest) -> dict[str, Any]:
@@ -103,7 +100,11 @@ class PullSerializer(StrictSerializer):
 class CompleteSerializer(StrictSerializer):
     flow_id = StrictUUIDField(required=False, allow_null=True, help_text="The flow the research produced.")
     error = label_field(
-        max_length=200, required=False, allow_null=True, help_text="A label; marks the row `failed_voluntary`."
+        max_length=200,
+        required=False,
+        allow_null=True,
+        help_text="Why the research failed, as a label (`dispatcher_gave_up`, not a sentence); marks the row "
+        "`failed_voluntary`.",
     )
 
 
@@ -126,7 +127,7 @@ def _validated(serializer_class: type[StrictSerializer], data: Any) -> dict[str,
     return dict(body.validated_data)
 
 
-class DeeperRequestView(APIView):
+class DeeperRequestView(ApiView):
     permission_classes = [IsAdmin]
 
     @extend_schema(
@@ -154,7 +155,7 @@ class DeeperRequestView(APIView):
         return Response(request_representation(row), status=status.HTTP_201_CREATED)
 
 
-class BacklogNextView(APIView):
+class BacklogNextView(ApiView):
     permission_classes = [IsAdmin]
 
     @extend_schema(
@@ -173,7 +174,7 @@ class BacklogNextView(APIView):
         return Response({"request": None if row is None else request_representation(row)})
 
 
-class BacklogCompleteView(APIView):
+class BacklogCompleteView(ApiView):
     permission_classes = [IsAdmin]
 
     @extend_schema(
@@ -194,7 +195,7 @@ class BacklogCompleteView(APIView):
         return Response(request_representation(row))
 
 
-class BacklogStatusView(APIView):
+class BacklogStatusView(ApiView):
     permission_classes = [IsAdmin]
 
     @extend_schema(
@@ -211,8 +212,9 @@ class BacklogStatusView(APIView):
         return Response(health.read_backlog_status(actor=actor_of(request)))
 
 
-class ClaimReviewCollectionView(APIView):
+class ClaimReviewCollectionView(ApiView):
     permission_classes = [IsAdmin]
+    query_parameters = {"get": [limit_parameter(default=100, maximum=MAX_PENDING_LIST)]}
 
     @extend_schema(
         operation_id="claims_pending_review_list",
@@ -220,7 +222,6 @@ class ClaimReviewCollectionView(APIView):
         description="Needs `reasoning.admin`. `pending` (oldest first, at most `limit`), `pending_count`, and "
         "`recent_resolutions` (the last 10 resolved or dismissed in the past 24 h). Audits "
         "`admin.reasoning.claims_pending_review.listed`.",
-        parameters=[OpenApiParameter("limit", int, description=f"1 to {MAX_PENDING_LIST}, default 100.")],
         responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
     )
     def get(self, request: Request) -> Response:
@@ -252,7 +253,7 @@ class ClaimReviewCollectionView(APIView):
         return Response(review_representation(entry), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
-class ClaimReviewDetailView(APIView):
+class ClaimReviewDetailView(ApiView):
     permission_classes = [IsAdmin]
 
     @extend_schema(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,9 @@ from django.conf import settings
 from django.contrib.staticfiles import finders
 from django.core.management import call_command
 from django.urls import URLPattern
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from reasoning import urls as reasoning_urls
@@ -148,3 +152,232 @@ def test_schema_generates_without_warnings_and_validates(tmp_path: Path) -> None
     # What CI of a typed API runs: a warning here means generated clients get odd names
     # or wrong types (e.g. a colliding enum renamed to "FlowState9caEnum").
     call_command("spectacular", "--fail-on-warn", "--validate", "--file", str(tmp_path / "schema.yaml"))
+
+
+# --- The schema says what the server enforces ---------------------------------------------------
+#
+# A schema-driven client (a generated SDK, a fuzzer) builds values from these constraints, so a
+# value that satisfies the published schema must be accepted, and what the server refuses the
+# schema must rule out.
+
+PLAIN_TEXT_FIELDS = [
+    ("FlowCreateRequest", "trigger_summary"),
+    ("StepCreateRequest", "summary_text"),
+    ("FlowCloseRequest", "outcome_summary"),
+    ("DeeperRequestRequest", "question"),
+    ("DeeperRequestRequest", "trigger_ref"),
+    ("MarkClaimRequest", "claim_id"),
+    ("ResolveClaimRequest", "note"),
+]
+
+
+def string_schema(prop: dict[str, Any]) -> dict[str, Any]:
+    """The non-blank branch of a property (drf-spectacular puts ``oneOf: [rule, maxLength 0]`` on blankable ones)."""
+    for branch in prop.get("oneOf", []):
+        if branch.get("maxLength") != 0:
+            return {**prop, **branch}
+    return prop
+
+
+def request_components(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: c for name, c in schema["components"]["schemas"].items() if name.endswith("Request")}
+
+
+def patterned_fields(schema: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    found = []
+    for name, component in request_components(schema).items():
+        for field, prop in component.get("properties", {}).items():
+            rule = string_schema(prop)
+            if "pattern" in rule:
+                found.append((name, field, rule))
+    return found
+
+
+@pytest.mark.parametrize(("component", "field"), PLAIN_TEXT_FIELDS)
+@pytest.mark.parametrize(
+    "char", ["\u202e", "\u200b", "\u2028", "\u2029", "\ufeff", "\u00ad", "\x07", "\x9b", "\ue000", "\U000e0041"]
+)
+def test_plain_text_pattern_rules_out_invisible_and_reordering_characters(
+    schema: dict[str, Any], component: str, field: str, char: str
+) -> None:
+    rule = string_schema(schema["components"]["schemas"][component]["properties"][field])
+
+    assert re.search(rule["pattern"], "Checked the dose"), "ordinary text must match"
+    assert not re.search(rule["pattern"], f"Checked{char}the dose"), f"U+{ord(char):04X} must not match"
+    assert "Cf" in rule["description"]
+
+
+def test_multiline_text_pattern_allows_line_breaks_and_one_line_text_does_not(schema: dict[str, Any]) -> None:
+    components = schema["components"]["schemas"]
+    question = string_schema(components["DeeperRequestRequest"]["properties"]["question"])
+    summary = string_schema(components["StepCreateRequest"]["properties"]["summary_text"])
+
+    assert re.search(question["pattern"], "Which guideline?\r\n\tAdults over 80")
+    assert not re.search(summary["pattern"], "Checked\nthe dose")
+
+
+def test_every_request_body_refuses_unknown_properties(schema: dict[str, Any]) -> None:
+    components = request_components(schema)
+
+    assert {"FlowCreateRequest", "StepCreateRequest", "FlowCloseRequest", "CompleteRequest"} <= set(components)
+    assert {name: c.get("additionalProperties") for name, c in components.items()} == dict.fromkeys(components, False)
+
+
+@pytest.mark.parametrize(
+    ("component", "field"),
+    [
+        ("FlowCloseRequest", "flow_state"),
+        ("ResolveClaimRequest", "status"),
+        ("StepCreateRequest", "kind"),
+        ("FlowCreateRequest", "trigger_type"),
+    ],
+)
+def test_fields_the_server_requires_are_required_in_the_schema(
+    schema: dict[str, Any], component: str, field: str
+) -> None:
+    assert field in schema["components"]["schemas"][component]["required"]
+
+
+@pytest.mark.parametrize(
+    ("component", "field"),
+    [
+        ("FlowCreateRequest", "trigger_type"),
+        ("StepCreateRequest", "kind"),
+        ("StepCreateRequest", "agent"),
+        ("DeeperRequestRequest", "trigger_type"),
+        ("OutcomeMetricsRequest", "verdict"),
+    ],
+)
+def test_required_labels_are_non_empty_and_carry_the_label_pattern(
+    schema: dict[str, Any], component: str, field: str
+) -> None:
+    from reasoning.serializers import LABEL_PATTERN
+
+    prop = schema["components"]["schemas"][component]["properties"][field]
+
+    assert prop["minLength"] == 1
+    assert prop["pattern"] == LABEL_PATTERN
+    assert "[A-Za-z0-9_.:/-]" in prop["description"]
+
+
+def test_the_complete_error_field_explains_labels(schema: dict[str, Any]) -> None:
+    prop = schema["components"]["schemas"]["CompleteRequest"]["properties"]["error"]
+
+    assert "dispatcher_gave_up" in prop["description"]
+    assert "[A-Za-z0-9_.:/-]" in prop["description"]
+
+
+@pytest.mark.parametrize(
+    ("path", "maximum", "default"),
+    [
+        ("/admin/v1/reasoning/flows", 200, 50),
+        ("/admin/v1/reasoning/claims-pending-review", 500, 100),
+        ("/admin/v1/reasoning/pathways/match", 50, 10),
+    ],
+)
+def test_limit_parameters_publish_their_bounds(schema: dict[str, Any], path: str, maximum: int, default: int) -> None:
+    parameters = {p["name"]: p for p in schema["paths"][path]["get"]["parameters"]}
+
+    assert parameters["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": maximum, "default": default}
+
+
+def test_flow_list_documents_its_filters_cursor_and_next_page_header(schema: dict[str, Any]) -> None:
+    operation = schema["paths"]["/admin/v1/reasoning/flows"]["get"]
+    parameters = {p["name"]: p for p in operation["parameters"]}
+
+    assert {"agent", "session_id", "trigger_type", "created_after", "created_before", "cursor"} <= set(parameters)
+    assert parameters["created_after"]["schema"]["format"] == "date-time"
+    assert parameters["created_after"]["examples"]
+    assert parameters["agent"]["examples"]
+    assert "X-Next-Cursor" in operation["responses"]["200"]["headers"]
+
+
+def all_api_operations() -> list[tuple[str, str, type[Any]]]:
+    from tests.test_api_contract import ROUTES
+
+    return [(openapi_path_of(path), method, view_class) for path, view_class, method in ROUTES]
+
+
+def openapi_path_of(django_path: str) -> str:
+    return re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", django_path)
+
+
+@pytest.mark.parametrize(("path", "method", "view_class"), all_api_operations())
+def test_documented_query_parameters_are_exactly_the_accepted_ones(
+    schema: dict[str, Any], path: str, method: str, view_class: type[Any]
+) -> None:
+    documented = {p["name"] for p in schema["paths"][path][method].get("parameters", []) if p["in"] == "query"}
+
+    assert documented == view_class.allowed_query_parameters(method)
+
+
+# --- Values a schema-driven client generates are accepted ---------------------------------------
+
+
+def _new_flow(agent: APIClient) -> str:
+    response = agent.post("/api/reasoning/flows", {"trigger_type": "user_question"}, format="json")
+    assert response.status_code == 201, response.content
+    flow_id: str = response.json()["id"]
+    return flow_id
+
+
+def _send_field(component: str, field: str, value: str, agent: APIClient, operator: APIClient) -> Any:
+    """Send a valid body of ``component`` with ``field`` set to ``value``."""
+    body: dict[str, Any]
+    if component == "FlowCreateRequest":
+        return agent.post("/api/reasoning/flows", {"trigger_type": "user_question", field: value}, format="json")
+    if component == "StepCreateRequest":
+        body = {"kind": "retrieval", "agent": "researcher", "summary_text": "Looked up", field: value}
+        return agent.post(f"/api/reasoning/flows/{_new_flow(agent)}/steps", body, format="json")
+    if component in ("FlowCloseRequest", "OutcomeMetricsRequest"):
+        body = {"flow_state": "completed", "outcome_type": "answered"}
+        if component == "OutcomeMetricsRequest":
+            body["outcome_metrics"] = {field: value}
+        else:
+            body[field] = value
+        return agent.patch(f"/api/reasoning/flows/{_new_flow(agent)}", body, format="json")
+    if component == "DeeperRequestRequest":
+        body = {"trigger_type": "user_question", "question": "Why?", field: value}
+        return operator.post("/admin/v1/reasoning/research/deeper-request", body, format="json")
+    if component == "PullRequest":
+        return operator.post("/admin/v1/reasoning/research/backlog/next", {field: value}, format="json")
+    if component in ("MarkClaimRequest", "ResolveClaimRequest"):
+        mark = {"claim_id": f"claim-{uuid.uuid4()}"}
+        if component == "MarkClaimRequest":
+            return operator.post("/admin/v1/reasoning/claims-pending-review", {**mark, field: value}, format="json")
+        entry = operator.post("/admin/v1/reasoning/claims-pending-review", mark, format="json").json()
+        body = {"status": "resolved", field: value}
+        return operator.patch(f"/admin/v1/reasoning/claims-pending-review/{entry['id']}", body, format="json")
+    if component == "CompleteRequest":
+        enqueue = {"trigger_type": "user_question", "question": "Why?"}
+        row = operator.post("/admin/v1/reasoning/research/deeper-request", enqueue, format="json").json()
+        operator.post("/admin/v1/reasoning/research/backlog/next", {}, format="json")
+        return operator.post(
+            f"/admin/v1/reasoning/research/backlog/{row['id']}/complete", {field: value}, format="json"
+        )
+    raise AssertionError(f"no sender for {component}: add one so its patterns are checked")
+
+
+def _published_patterns() -> list[Any]:
+    document = APIClient().get(SCHEMA_URL).json()
+    return [pytest.param(c, f, rule, id=f"{c}.{f}") for c, f, rule in patterned_fields(document)]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("component", "field", "rule"), _published_patterns())
+def test_values_matching_each_published_pattern_are_accepted(
+    component: str, field: str, rule: dict[str, Any], agent: APIClient, operator: APIClient
+) -> None:
+    min_length, max_length = rule.get("minLength", 0), rule.get("maxLength", 10_000)
+    # JSON Schema patterns are ECMA-262: "$" is the very end, where Python's "$" also matches before a
+    # final newline; "\Z" is the Python spelling of the ECMA meaning.
+    pattern = re.sub(r"\$$", r"\\Z", rule["pattern"])
+    values = st.from_regex(pattern).filter(lambda v: min_length <= len(v) <= max_length)
+
+    @hypothesis_settings(max_examples=15, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(value=values)
+    def check(value: str) -> None:
+        response = _send_field(component, field, value, agent, operator)
+        assert response.status_code in (200, 201), (value, response.content)
+
+    check()

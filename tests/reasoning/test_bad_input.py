@@ -376,6 +376,58 @@ STEP_CASES = [
 ]
 
 
+# Characters that render invisibly or reorder text on operator and patient pages.
+INVISIBLE_OR_REORDERING = [
+    pytest.param("\u202e", id="U+202E-right-to-left-override"),
+    pytest.param("\u2066", id="U+2066-left-to-right-isolate"),
+    pytest.param("\u200b", id="U+200B-zero-width-space"),
+    pytest.param("\u200d", id="U+200D-zero-width-joiner"),
+    pytest.param("\ufeff", id="U+FEFF-byte-order-mark"),
+    pytest.param("\u00ad", id="U+00AD-soft-hyphen"),
+    pytest.param("\u2028", id="U+2028-line-separator"),
+    pytest.param("\u2029", id="U+2029-paragraph-separator"),
+    pytest.param("\ue000", id="U+E000-private-use"),
+    pytest.param("\U000e0041", id="U+E0041-tag-character"),
+    pytest.param("\U000f0000", id="U+F0000-private-use-plane-15"),
+]
+SUMMARY_FIELDS = [
+    pytest.param(CREATE_FLOW, "trigger_summary", id="trigger_summary"),
+    pytest.param(ADD_STEP, "summary_text", id="summary_text"),
+    pytest.param(
+        Route("close", "PATCH", CLOSE_FLOW.path, {"flow_state": "aborted"}, ()), "outcome_summary", id="outcome_summary"
+    ),
+]
+
+
+@pytest.mark.parametrize("char", INVISIBLE_OR_REORDERING)
+@pytest.mark.parametrize(("route", "field"), SUMMARY_FIELDS)
+def test_summary_with_an_invisible_or_reordering_character_is_400_naming_it(
+    route: Route, field: str, char: str, send: Send, stored: Callable[[], Stored]
+) -> None:
+    before = stored()
+
+    response = send(route.method, route.path, route.with_(**{field: f"Checked the{char} dose"}))
+
+    assert_rejected(response, 400, field=field, says="Must be plain text on one line")
+    assert stored() == before
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("Réévalué la dose · 5 mg → 2,5 mg", id="accents-and-symbols"),
+        pytest.param("检查了剂量", id="cjk"),
+        pytest.param("Checked the dose 👍", id="emoji"),
+        pytest.param("שלום and مرحبا", id="rtl-letters"),
+    ],
+)
+def test_summary_in_any_script_is_accepted(text: str, send: Send) -> None:
+    response = send("POST", ADD_STEP.path, ADD_STEP.with_(summary_text=text))
+
+    assert response.status_code == 201, response.content
+    assert ReasoningStep.objects.get().summary_text == text
+
+
 @pytest.mark.parametrize(("overrides", "field", "says"), STEP_CASES)
 def test_add_step_bad_field_is_400_naming_it(
     overrides: dict[str, Any], field: str, says: str, send: Send, stored: Callable[[], Stored]

@@ -1,0 +1,74 @@
+"""The base of every API view (declared query parameters) and the OpenAPI schema class."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+
+class ApiView(APIView):
+    """Base of every API view: a query parameter the view does not declare is a 400 naming it.
+
+    ``query_parameters`` maps a method (``"get"``) to the parameters it reads; the same
+    declaration is what the OpenAPI document lists (``AutoSchema.get_override_parameters``), so
+    what is documented and what is accepted cannot drift apart. Without it
+    ``?agent=critic`` on a route that has no such filter would silently return everything.
+    """
+
+    query_parameters: ClassVar[Mapping[str, Sequence[OpenApiParameter]]] = {}
+
+    @classmethod
+    def allowed_query_parameters(cls, method: str) -> set[str]:
+        method = method.lower()
+        declared = cls.query_parameters.get(method)
+        if declared is None and method == "head":
+            declared = cls.query_parameters.get("get")
+        return {parameter.name for parameter in declared or () if parameter.location == OpenApiParameter.QUERY}
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        # After authentication and permissions: an anonymous caller learns nothing about parameters.
+        super().initial(request, *args, **kwargs)
+        unknown = sorted(set(request.query_params) - self.allowed_query_parameters(request.method or ""))
+        if unknown:
+            allowed = sorted(self.allowed_query_parameters(request.method or ""))
+            hint = f" This route takes: {', '.join(allowed)}." if allowed else " This route takes none."
+            raise ValidationError({name: [f"Unknown query parameter.{hint}"] for name in unknown})
+
+
+class AutoSchema(SpectacularAutoSchema):
+    """drf-spectacular's schema, made to say what the server enforces.
+
+    1. Query parameters come from the view's ``query_parameters`` declaration.
+    2. A request body of a serializer with ``openapi_additional_properties = False`` (the strict
+       serializers, which refuse unknown fields) says ``additionalProperties: false``.
+    3. A validator with ``openapi_pattern`` publishes that pattern (the allowed characters)
+       instead of drf-spectacular's default of publishing a regex validator's regex even when
+       it lists the forbidden ones; ``openapi_description`` is appended to the field's description.
+    """
+
+    def get_override_parameters(self) -> list[Any]:
+        declared = getattr(self.view, "query_parameters", {})
+        return [*super().get_override_parameters(), *declared.get(self.method.lower(), ())]
+
+    def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
+        schema: dict[str, Any] = super()._map_basic_serializer(serializer, direction)
+        if direction == "request" and getattr(serializer, "openapi_additional_properties", True) is False:
+            schema["additionalProperties"] = False
+        return schema
+
+    def _insert_field_validators(self, field: serializers.Field[Any, Any, Any, Any], schema: dict[str, Any]) -> None:
+        for validator in field.validators:
+            if pattern := getattr(validator, "openapi_pattern", None):
+                schema["pattern"] = pattern
+            if description := getattr(validator, "openapi_description", None):
+                schema["description"] = (
+                    f"{schema['description']} {description}" if "description" in schema else description
+                )
+        super()._insert_field_validators(field, schema)

@@ -1,0 +1,146 @@
+"""A real gunicorn process serving the test database, and a raw HTTP client for it.
+
+The test client never frames a body on the wire, so chunked transfer coding and the bytes of a
+JSON body as a server hands them to Django can only be tested against a real server.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from django.conf import settings
+from django.db import connection
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _environment_for_test_database() -> dict[str, str]:
+    """The server's environment: settings pick the test database the way they pick the real one."""
+    env = dict(os.environ)
+    name = str(connection.settings_dict["NAME"])
+    if env.get("DATABASE_URL"):
+        env["DATABASE_URL"] = urlunsplit(urlsplit(env["DATABASE_URL"])._replace(path="/" + name))
+    else:
+        env["RFT_EMBEDDED_DB_NAME"] = name
+    env.pop("RFT_TEST_DB_NAME", None)
+    return env
+
+
+@dataclass
+class Server:
+    host: str
+    port: int
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | Iterable[bytes] | None = None,
+        headers: dict[str, str] | None = None,
+        *,
+        early_answer_wait: float = 0.0,
+    ) -> Answer:
+        """Send ``body`` as is: bytes with Content-Length, an iterable of chunks chunked.
+
+        ``early_answer_wait``: for a chunked body, how long to wait after the headers for a server
+        that answers without reading the body (a 411); only then is the body sent.
+        """
+        if body is None or isinstance(body, bytes):
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+            try:
+                conn.request(method, path, body=body, headers=headers or {})
+                response = conn.getresponse()
+                return Answer(response.status, dict(response.getheaders()), response.read())
+            finally:
+                conn.close()
+        return self._send_chunked(method, path, list(body), headers or {}, early_answer_wait)
+
+    def _send_chunked(
+        self, method: str, path: str, chunks: list[bytes], headers: dict[str, str], early_answer_wait: float
+    ) -> Answer:
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}", "Transfer-Encoding: chunked"]
+        lines += ["Connection: close", *(f"{name}: {value}" for name, value in headers.items())]
+        encoded = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for chunk in chunks if chunk) + b"0\r\n\r\n"
+        with socket.create_connection((self.host, self.port), timeout=30) as sock:
+            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+            answered_early = early_answer_wait > 0 and select.select([sock], [], [], early_answer_wait)[0]
+            if not answered_early:
+                sock.sendall(encoded)
+            response = http.client.HTTPResponse(sock)
+            response.begin()
+            return Answer(response.status, dict(response.getheaders()), response.read())
+
+
+def run_gunicorn() -> Iterator[Server]:
+    """Start ``gunicorn config.wsgi`` on a free port against the test database; stop it after."""
+    port = free_port()
+    command = [
+        str(Path(sys.executable).with_name("gunicorn")),
+        "config.wsgi",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        "1",
+        "--timeout",
+        "60",
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=settings.BASE_DIR,
+        env=_environment_for_test_database(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_for(port, process)
+        yield Server("127.0.0.1", port)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr:
+            process.stderr.close()
+
+
+def _wait_for(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            errors = process.stderr.read().decode(errors="replace") if process.stderr else ""
+            raise RuntimeError(f"gunicorn exited with {process.returncode}: {errors[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("gunicorn did not start listening within 60 s")
