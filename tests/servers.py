@@ -41,7 +41,7 @@ def free_port() -> int:
         return port
 
 
-def _environment_for_test_database() -> dict[str, str]:
+def environment_for_test_database() -> dict[str, str]:
     """The server's environment: settings pick the test database the way they pick the real one."""
     env = dict(os.environ)
     name = str(connection.settings_dict["NAME"])
@@ -114,7 +114,7 @@ def run_gunicorn() -> Iterator[Server]:
     process = subprocess.Popen(
         command,
         cwd=settings.BASE_DIR,
-        env=_environment_for_test_database(),
+        env=environment_for_test_database(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

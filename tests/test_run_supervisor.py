@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,16 +22,11 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from django.db import connection
+
+from tests.servers import free_port, environment_for_test_database
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
@@ -49,18 +43,10 @@ class Stack:
 
     def __init__(self, tmp_path: Path) -> None:
         self.marker = uuid.uuid4().hex
-        self.port = _free_port()
+        self.port = free_port()
         self.state_file = tmp_path / "run.json"
-        env = dict(os.environ)
-        # The children use the test database on the same server, like the benchmark does.
-        if "DATABASE_URL" in env:
-            settings = connection.settings_dict
-            env["DATABASE_URL"] = (
-                f"postgresql://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST']}:{settings['PORT']}/"
-                f"{settings['NAME']}"
-            )
-        else:
-            env["RFT_EMBEDDED_DB_NAME"] = connection.settings_dict["NAME"]
+        # The children use the test database on the same server, as tests/servers.py's gunicorn does.
+        env = environment_for_test_database()
         env.update(PORT=str(self.port), WEB_CONCURRENCY="1", RFT_TEST_MARKER=self.marker, LOG_LEVEL="WARNING")
         self.proc = subprocess.Popen(
             [sys.executable, "scripts/run.py", "--state-file", str(self.state_file)],
