@@ -23,7 +23,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.servers import free_port, environment_for_test_database
+from tests.servers import environment_for_test_database, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.django_db(transaction=True)
