@@ -63,13 +63,20 @@ wrk:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk >/dev/null; \
 	fi
 
-# The write path, then the matcher (100k pathways; BENCH_LARGE=1 for 1M).
-bench: db wrk
-	$(BIN)/python scripts/bench_write_path.py
-	$(BIN)/python scripts/bench_matcher.py
+# The matcher bench samples the web workers with py-spy: a profiler, so it lives in a
+# throw-away virtualenv outside the project, found through PATH.
+BENCH_TOOLS ?= /tmp/rft-bench-tools
+$(BENCH_TOOLS)/bin/py-spy:
+	$(PYTHON) -m venv $(BENCH_TOOLS)
+	$(BENCH_TOOLS)/bin/pip install --quiet --disable-pip-version-check py-spy
 
-bench-matcher: db
-	$(BIN)/python scripts/bench_matcher.py
+# The write path, then the matcher (100k pathways; BENCH_LARGE=1 for 1M).
+bench: db wrk $(BENCH_TOOLS)/bin/py-spy
+	$(BIN)/python scripts/bench_write_path.py
+	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py
+
+bench-matcher: db $(BENCH_TOOLS)/bin/py-spy
+	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .mypy_cache .ruff_cache

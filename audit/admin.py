@@ -21,7 +21,8 @@ from django.utils.safestring import SafeString
 
 from audit.actions import Action
 from audit.models import AuditChainLink, AuditEvent
-from config.errors import ServiceError
+from core.actors import actor_for
+from core.errors import ServiceError
 
 
 class ServiceAdmin(admin.ModelAdmin):
@@ -48,7 +49,7 @@ class ServiceAdmin(admin.ModelAdmin):
 
     @staticmethod
     def actor(request: HttpRequest) -> str:
-        return f"user:{request.user.pk}"
+        return actor_for(request)
 
     @staticmethod
     def adopt(unsaved: Model, created: Model) -> None:

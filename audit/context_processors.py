@@ -8,9 +8,7 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from audit.chain import chain_lag_seconds
-
-# Set on the request by the operator gate (``reasoning.access.operator_required``).
-OPERATOR_PAGE_ATTR = "operator_page"
+from core.access import OPERATOR_PAGE_ATTR
 
 
 class ChainLag:

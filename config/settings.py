@@ -107,7 +107,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # First: nothing may read a chunked body before it is read whole (or refused).
-    "config.middleware.ChunkedBodyMiddleware",
+    "core.middleware.ChunkedBodyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -134,6 +134,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "audit.context_processors.audit_chain_lag",
             ],
+            # core/ is a plain package, not an app: its template tags are registered here.
+            "libraries": {"durations": "core.templatetags.durations"},
         },
     },
 ]
@@ -167,9 +169,9 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["reasoning.auth.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["config.api.StrictJSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "config.api_views.AutoSchema",
-    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["core.api.StrictJSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "core.api_views.AutoSchema",
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
 

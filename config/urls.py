@@ -7,7 +7,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from audit.views import healthz
-from config.api import not_found
+from core.api import not_found
 from reasoning.views import dashboard_home
 
 urlpatterns = [
@@ -32,5 +32,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
-handler404 = "config.api.not_found"
-handler500 = "config.api.server_error"
+handler404 = "core.api.not_found"
+handler500 = "core.api.server_error"

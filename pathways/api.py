@@ -12,12 +12,12 @@ from rest_framework.response import Response
 
 from audit.actions import Action
 from audit.services import record
-from config.api_views import ApiView
+from core.actors import actor_for
+from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit, parse_uuid
 from pathways import services
 from pathways.matcher import Candidate
 from pathways.stats import pathway_stats
-from reasoning.api import ERRORS, limit_parameter, parse_limit, parse_uuid
-from reasoning.auth import IsAdmin, actor_of
+from reasoning.auth import IsAdmin
 
 MAX_MATCH_LIMIT = 50
 
@@ -64,7 +64,7 @@ class PathwayMatchView(ApiView):
         params = request.query_params
         limit = parse_limit(params.get("limit"), default=10, maximum=MAX_MATCH_LIMIT)
         ranked = services.ranked_candidates(
-            params.get("trigger_type", ""), params.get("trigger_ref", ""), actor=actor_of(request), limit=limit
+            params.get("trigger_type", ""), params.get("trigger_ref", ""), actor=actor_for(request), limit=limit
         )
         body = [candidate_representation(candidate, radar) for candidate, radar in ranked]
         return Response({"candidates": body})
@@ -83,7 +83,7 @@ class PathwayHitView(ApiView):
         responses={200: OpenApiResponse(OpenApiTypes.OBJECT), 404: ERRORS[400], 409: ERRORS[400], **ERRORS},
     )
     def post(self, request: Request, pathway_id: str) -> Response:
-        pathway = services.record_hit(parse_uuid(pathway_id, "pathway_id"), actor=actor_of(request))
+        pathway = services.record_hit(parse_uuid(pathway_id, "pathway_id"), actor=actor_for(request))
         return Response({"id": pathway.pk, "hit_count": pathway.hit_count, "last_hit_at": pathway.last_hit_at})
 
 
@@ -103,7 +103,7 @@ class PathwayStatsView(ApiView):
         with transaction.atomic():
             record(
                 Action.ADMIN_PATHWAY_STATS_READ,
-                actor=actor_of(request),
+                actor=actor_for(request),
                 payload={"total": stats["total"], "active": stats["active"]},
             )
         return Response(stats)

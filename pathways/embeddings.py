@@ -41,7 +41,7 @@ from django.core.exceptions import ImproperlyConfigured
 from numpy.typing import NDArray
 
 from config.env import env_str
-from config.http import RetriesExhausted, RetryPolicy, RetryWaitTooLong
+from core.http import RetriesExhausted, RetryPolicy, RetryWaitTooLong
 
 logger = logging.getLogger(__name__)
 

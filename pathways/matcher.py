@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 
-from config.errors import InvalidInput
+from core.errors import InvalidInput
+from core.labels import LABEL_PATTERN
 from pathways.embeddings import EmbeddingClient, EmbeddingError, build_embedding_client, pathway_text
 from pathways.models import Pathway, parent_ref
-from reasoning.serializers import LABEL_PATTERN
 
 logger = logging.getLogger(__name__)
 

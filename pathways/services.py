@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from audit.actions import Action
 from audit.services import record
-from config.errors import Conflict, NotFound
+from core.errors import Conflict, NotFound
 from pathways.matcher import Candidate, active_client, check_query, match
 from pathways.models import Pathway
 from pathways.radar import candidate_radars

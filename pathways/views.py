@@ -13,11 +13,11 @@ from django.views.decorators.http import require_safe
 
 from audit.actions import Action
 from audit.services import record
+from core.access import operator_required
+from core.actors import actor_for
 from pathways.models import MATURE_ACTIVE, MATURE_HIT_COUNT, Pathway
 from pathways.services import MIN_CONFIDENCE
 from pathways.stats import library_overview
-from patients.access import user_actor
-from reasoning.access import operator_required
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def pathway_library_page(request: HttpRequest) -> HttpResponse:
         # Counts only: the page shows refs to the operator, the audit trail does not keep them.
         record(
             Action.ADMIN_PATHWAY_STATS_READ_PROXY,
-            actor=user_actor(request.user),
+            actor=actor_for(request),
             payload={
                 "total": stats["total"],
                 "active": stats["active"],

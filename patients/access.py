@@ -15,7 +15,3 @@ def patient_for_user(user: Any) -> Patient | None:
     if user is None or not user.is_authenticated:
         return None
     return Patient.objects.only(*ACCESS_FIELDS).filter(user_id=user.pk).first()
-
-
-def user_actor(user: Any) -> str:
-    return f"user:{user.pk}"

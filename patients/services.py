@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from audit.actions import Action
 from audit.services import record
-from config.errors import Conflict, InvalidInput
+from core.errors import Conflict, InvalidInput
 from patients.models import Patient
 
 

@@ -15,7 +15,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 from django_htmx.middleware import HtmxDetails
 
-from patients.access import patient_for_user, user_actor
+from core.actors import user_actor
+from patients.access import patient_for_user
 from patients.services import set_reasoning_read_consent
 
 # The form's "consent" values and the state each one asks for.

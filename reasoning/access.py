@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
-from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.urls import reverse
+from django.http import HttpRequest
 from rest_framework import exceptions
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
-from patients.access import ACCESS_FIELDS, patient_for_user, user_actor
+from patients.access import ACCESS_FIELDS, patient_for_user
 from patients.models import Patient
 from reasoning.auth import TokenPrincipal
 from reasoning.models import ApiToken
@@ -28,15 +23,6 @@ def patient_of(request: Request | HttpRequest) -> Patient | None:
         patient_id = user.token.patient_id
         return Patient.objects.only(*ACCESS_FIELDS).filter(pk=patient_id).first() if patient_id else None
     return patient_for_user(user)
-
-
-def actor_for(request: Request | HttpRequest) -> str:
-    user = request.user
-    if isinstance(user, TokenPrincipal):
-        return user.actor
-    if user is not None and user.is_authenticated:
-        return user_actor(user)
-    raise exceptions.NotAuthenticated()
 
 
 class CanReadNarrative(BasePermission):
@@ -82,27 +68,3 @@ class NarrativeReadThrottle(SimpleRateThrottle):
         else:
             return None
         return self.cache_format % {"scope": self.scope, "ident": ident}
-
-
-def is_operator(user: Any) -> bool:
-    """Operators are staff logins (``create_operator``); patients never are."""
-    return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
-
-
-def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """The one gate for operator pages: anonymous → the login page; a logged-in
-    non-operator (a patient) → 403 with a plain page. Every operator page uses it."""
-
-    @wraps(view)
-    def gated(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            # After logging in the browser GETs `next`: a form's POST-only URL would be a 405.
-            safe = request.method in ("GET", "HEAD")
-            return redirect_to_login(request.get_full_path() if safe else reverse("dashboard"))
-        if not is_operator(request.user):
-            return render(request, "reasoning/operator_forbidden.html", status=403)
-        # base.html shows the audit-chain lag banner on operator pages only.
-        request.operator_page = True  # type: ignore[attr-defined]
-        return view(request, *args, **kwargs)
-
-    return gated

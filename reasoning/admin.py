@@ -20,7 +20,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from audit.admin import ReadOnlyAdmin, ServiceAdmin
-from config.errors import Conflict
+from core.errors import Conflict
 from reasoning import services
 from reasoning.models import ApiToken, ReasoningFlow, ReasoningStep
 from reasoning.serializers import FLOW_FIELDS

@@ -23,15 +23,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 
-from config.api_views import ApiView
-from config.errors import InvalidInput
+from core.actors import actor_for
+from core.api_views import ERROR, ERRORS, ApiView, limit_parameter, parse_flag, parse_limit, parse_uuid
+from core.errors import InvalidInput
+from core.labels import LABEL_PATTERN, label_validator
 from reasoning import services
-from reasoning.access import CanReadNarrative, NarrativeReadThrottle, actor_for, patient_of
-from reasoning.auth import BearerTokenAuthentication, CanWrite, IsAdmin, TokenPrincipal, actor_of
+from reasoning.access import CanReadNarrative, NarrativeReadThrottle, patient_of
+from reasoning.auth import BearerTokenAuthentication, CanWrite, IsAdmin, TokenPrincipal
 from reasoning.models import ApiToken, ReasoningFlow
 from reasoning.narrative import read_narrative
 from reasoning.serializers import (
-    LABEL_PATTERN,
     MAX_BATCH_STEPS,
     AdminFlowSerializer,
     FlowCloseSerializer,
@@ -45,25 +46,11 @@ from reasoning.serializers import (
     StepSerializer,
     admin_flow_representation,
     flow_representation,
-    label_validator,
     step_representation,
 )
 from reasoning.stats import reasoning_stats
 
-ERROR = OpenApiResponse(OpenApiTypes.OBJECT, description='`{"detail": "..."}` or `{"field": ["message"]}`')
-ERRORS = {
-    400: OpenApiResponse(OpenApiTypes.OBJECT, description="Invalid body: the message names the field."),
-    401: OpenApiResponse(OpenApiTypes.OBJECT, description="Missing, unknown, revoked or expired token."),
-    403: OpenApiResponse(OpenApiTypes.OBJECT, description="The token lacks the route's scope."),
-}
 FLOW_ID = OpenApiParameter("flow_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The flow's id.")
-
-
-def parse_uuid(value: str, field: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise InvalidInput("must be a valid UUID", field=field) from None
 
 
 class FlowCollectionView(ApiView):
@@ -93,7 +80,7 @@ class FlowCollectionView(ApiView):
     def post(self, request: Request) -> Response:
         body = FlowCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        flow, created = services.start_flow(body.validated_data, actor=actor_of(request))
+        flow, created = services.start_flow(body.validated_data, actor=actor_for(request))
         return Response(flow_representation(flow), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
@@ -173,7 +160,7 @@ class FlowDetailView(ApiView):
         flow = services.close_flow(
             pk,
             state=data["flow_state"],
-            actor=actor_of(request),
+            actor=actor_for(request),
             outcome_type=data.get("outcome_type", ""),
             outcome_summary=data.get("outcome_summary", ""),
             abort_reason=data.get("abort_reason", ""),
@@ -215,7 +202,7 @@ class StepCollectionView(ApiView):
         pk = parse_uuid(flow_id, "flow_id")
         body = StepCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        step, created = services.add_step(pk, body.validated_data, actor=actor_of(request))
+        step, created = services.add_step(pk, body.validated_data, actor=actor_for(request))
         return Response(step_representation(step), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
@@ -243,20 +230,11 @@ class StepBatchView(ApiView):
         pk = parse_uuid(flow_id, "flow_id")
         body = StepBatchSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        steps, created = services.add_steps(pk, body.validated_data["steps"], actor=actor_of(request))
+        steps, created = services.add_steps(pk, body.validated_data["steps"], actor=actor_for(request))
         return Response(
             {"steps": [step_representation(step) for step in steps]},
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
-
-
-def limit_parameter(*, default: int, maximum: int) -> OpenApiParameter:
-    """The ``limit`` query parameter, with the bounds ``parse_limit`` enforces."""
-    return OpenApiParameter(
-        "limit",
-        {"type": "integer", "minimum": 1, "maximum": maximum, "default": default},
-        description=f"1 to {maximum}, default {default}.",
-    )
 
 
 MAX_FLOW_LIST = 200
@@ -398,18 +376,6 @@ def _after_cursor(flows: QuerySet[ReasoningFlow], cursor: str) -> QuerySet[Reaso
     return flows.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=flow_id))
 
 
-def parse_limit(raw: Any, *, default: int, maximum: int) -> int:
-    if raw in (None, ""):
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidInput("must be an integer", field="limit") from None
-    if not 1 <= value <= maximum:
-        raise InvalidInput(f"must be between 1 and {maximum}", field="limit")
-    return value
-
-
 class AdminFlowDetailView(ApiView):
     permission_classes = [IsAdmin]
     query_parameters = {
@@ -429,21 +395,13 @@ class AdminFlowDetailView(ApiView):
     )
     def get(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
-        include_reasoning = _flag(request.query_params.get("include_reasoning"), "include_reasoning")
+        include_reasoning = parse_flag(request.query_params.get("include_reasoning"), "include_reasoning")
         if include_reasoning:
             user = request.user
             if not (isinstance(user, TokenPrincipal) and user.has_scope(ApiToken.Scope.COT_READ)):
                 raise PermissionDenied("include_reasoning=true needs the 'reasoning.cot.read' scope.")
-        flow, steps = services.read_flow_for_admin(pk, actor=actor_of(request), include_reasoning=include_reasoning)
+        flow, steps = services.read_flow_for_admin(pk, actor=actor_for(request), include_reasoning=include_reasoning)
         return Response(admin_flow_representation(flow, steps, include_reasoning=include_reasoning))
-
-
-def _flag(raw: str | None, field: str) -> bool:
-    if raw in (None, "", "false", "0"):
-        return False
-    if raw in ("true", "1"):
-        return True
-    raise InvalidInput("must be true or false", field=field)
 
 
 class AdminStatsView(ApiView):

@@ -96,13 +96,6 @@ class IsAdmin(_ScopePermission):
     scope = ApiToken.Scope.ADMIN
 
 
-def actor_of(request: Request) -> str:
-    user = request.user
-    if isinstance(user, TokenPrincipal):
-        return user.actor
-    raise exceptions.NotAuthenticated()
-
-
 class BearerTokenScheme(OpenApiAuthenticationExtension):
     target_class = "reasoning.auth.BearerTokenAuthentication"
     name = "bearerAuth"

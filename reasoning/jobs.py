@@ -12,7 +12,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from audit.services import job_run
-from config.errors import Conflict
+from core.errors import Conflict
 from reasoning.models import ReasoningFlow, ReasoningStep
 from reasoning.services import close_flow
 

@@ -38,7 +38,7 @@ from django.db import transaction
 
 from audit.actions import Action
 from audit.services import record
-from config.errors import NotFound
+from core.errors import NotFound
 from patients.models import Patient
 from reasoning.dimensions import AXES, LABELS, is_radar
 from reasoning.models import ReasoningFlow, ReasoningStep

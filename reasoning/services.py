@@ -21,7 +21,7 @@ from django.utils.crypto import salted_hmac
 
 from audit.actions import Action
 from audit.services import payload_float, record
-from config.errors import Conflict, InvalidInput, NotFound
+from core.errors import Conflict, InvalidInput, NotFound
 from patients.models import Patient
 from reasoning import metrics
 from reasoning.auth import TOKEN_PREFIX, hash_token

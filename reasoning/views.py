@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -22,9 +21,12 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from config.errors import NotFound
+from core.access import is_operator, operator_required
+from core.actors import actor_for
+from core.errors import NotFound
+from core.templatetags.durations import format_duration
 from reasoning import dag
-from reasoning.access import NarrativeReadThrottle, actor_for, is_operator, operator_required, patient_of
+from reasoning.access import NarrativeReadThrottle, patient_of
 from reasoning.dimensions import is_radar
 from reasoning.narrative import read_narrative
 from reasoning.services import FlowStepsPage, read_flow_page_for_admin
@@ -112,7 +114,7 @@ def admin_flow_page(request: HttpRequest, flow_id: str) -> HttpResponse:
     context = {
         "flow": flow,
         "radar": is_radar(flow.dimensions_snapshot),
-        "duration": _duration((flow.closed_at or timezone.now()) - flow.created_at),
+        "duration": format_duration((flow.closed_at or timezone.now()) - flow.created_at),
         "steps": steps,
         "graph": _graph(read, steps),
         "box": {"width": dag.NODE_WIDTH, "height": dag.NODE_HEIGHT},
@@ -160,22 +162,6 @@ def _graph(read: FlowStepsPage, steps: Sequence[dict[str, Any]]) -> dict[str, An
             for stub in layout.stubs
         ],
     }
-
-
-def _duration(elapsed: timedelta) -> str:
-    seconds = max(elapsed.total_seconds(), 0.0)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, seconds = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
 
 
 def _flow_not_found(request: HttpRequest) -> HttpResponse:

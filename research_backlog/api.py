@@ -14,12 +14,10 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api_views import ApiView
-from config.errors import InvalidInput
-from reasoning.api import ERRORS, limit_parameter, parse_limit, parse_uuid
-from reasoning.auth import IsAdmin, actor_of
-from reasoning.models import ReasoningFlow
-from reasoning.serializers import (
+from core.actors import actor_for
+from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit, parse_uuid
+from core.errors import InvalidInput
+from core.serializers import (
     StrictBooleanField,
     StrictCharField,
     StrictSerializer,
@@ -27,6 +25,8 @@ from reasoning.serializers import (
     label_field,
     multiline_text_validator,
 )
+from reasoning.auth import IsAdmin
+from reasoning.models import ReasoningFlow
 from research_backlog import health, services
 from research_backlog.models import ClaimReview, ResearchRequest
 
@@ -151,7 +151,7 @@ class DeeperRequestView(ApiView):
     )
     def post(self, request: Request) -> Response:
         data = _validated(DeeperRequestSerializer, request.data)
-        row, _ = services.enqueue(actor=actor_of(request), **data)
+        row, _ = services.enqueue(actor=actor_for(request), **data)
         return Response(request_representation(row), status=status.HTTP_201_CREATED)
 
 
@@ -170,7 +170,7 @@ class BacklogNextView(ApiView):
     )
     def post(self, request: Request) -> Response:
         data = _validated(PullSerializer, request.data)
-        row = services.pull_next(actor=actor_of(request), trigger_type=data.get("trigger_type"))
+        row = services.pull_next(actor=actor_for(request), trigger_type=data.get("trigger_type"))
         return Response({"request": None if row is None else request_representation(row)})
 
 
@@ -191,7 +191,7 @@ class BacklogCompleteView(ApiView):
     def post(self, request: Request, request_id: str) -> Response:
         pk = parse_uuid(request_id, "request_id")
         data = _validated(CompleteSerializer, request.data)
-        row = services.complete(pk, actor=actor_of(request), flow_id=data.get("flow_id"), error=data.get("error"))
+        row = services.complete(pk, actor=actor_for(request), flow_id=data.get("flow_id"), error=data.get("error"))
         return Response(request_representation(row))
 
 
@@ -209,7 +209,7 @@ class BacklogStatusView(ApiView):
         responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
     )
     def get(self, request: Request) -> Response:
-        return Response(health.read_backlog_status(actor=actor_of(request)))
+        return Response(health.read_backlog_status(actor=actor_for(request)))
 
 
 class ClaimReviewCollectionView(ApiView):
@@ -226,7 +226,7 @@ class ClaimReviewCollectionView(ApiView):
     )
     def get(self, request: Request) -> Response:
         limit = parse_limit(request.query_params.get("limit"), default=100, maximum=MAX_PENDING_LIST)
-        queue = health.read_review_queue(actor=actor_of(request), limit=limit)
+        queue = health.read_review_queue(actor=actor_for(request), limit=limit)
         return Response(
             {
                 "pending": [review_representation(entry) for entry in queue["pending"]],
@@ -249,7 +249,7 @@ class ClaimReviewCollectionView(ApiView):
         flow_id = data.pop("flow_id", None)
         if flow_id is not None and not ReasoningFlow.objects.filter(pk=flow_id).exists():
             raise InvalidInput("no flow with this id", field="flow_id")
-        entry, created = services.mark_claim_for_review(actor=actor_of(request), source_flow_id=flow_id, **data)
+        entry, created = services.mark_claim_for_review(actor=actor_for(request), source_flow_id=flow_id, **data)
         return Response(review_representation(entry), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
@@ -269,5 +269,5 @@ class ClaimReviewDetailView(ApiView):
     def patch(self, request: Request, review_id: str) -> Response:
         pk = parse_uuid(review_id, "review_id")
         data = _validated(ResolveClaimSerializer, request.data)
-        entry = services.resolve_claim_review(pk, status=data["status"], note=data["note"], actor=actor_of(request))
+        entry = services.resolve_claim_review(pk, status=data["status"], note=data["note"], actor=actor_for(request))
         return Response(review_representation(entry))

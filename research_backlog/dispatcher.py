@@ -42,8 +42,8 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.urls import reverse
 
-from config.http import RetriesExhausted, RetryPolicy, RetryWaitTooLong
-from reasoning.serializers import LABEL_PATTERN
+from core.http import RetriesExhausted, RetryPolicy, RetryWaitTooLong
+from core.labels import LABEL_PATTERN
 from research_backlog.models import ResearchRequest
 
 SIGNATURE_HEADER = "X-RFT-Signature"

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 
 from audit.services import job_run
-from config.errors import Conflict, InvalidInput
+from core.errors import Conflict, InvalidInput
 from research_backlog import services
 from research_backlog.dispatcher import Dispatcher, DispatchResult, build_dispatcher
 

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from audit.actions import Action
 from audit.services import job_run, record
-from config.errors import Conflict, InvalidInput, NotFound
+from core.errors import Conflict, InvalidInput, NotFound
 from reasoning.models import ReasoningFlow
 from research_backlog.models import ClaimReview, ResearchRequest
 

@@ -18,7 +18,6 @@ Reading works without JavaScript: every action is a plain form that redirects ba
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -30,13 +29,14 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST, require_safe
 
 from audit.actions import Action
-from config.errors import Conflict, InvalidInput, NotFound
+from core.access import operator_required
+from core.actors import actor_for
+from core.errors import Conflict, InvalidInput, NotFound
+from core.templatetags.durations import format_duration
 from pathways import services as pathway_services
 from pathways.matcher import check_query
 from pathways.models import Pathway
 from pathways.radar import candidate_radars
-from patients.access import user_actor
-from reasoning.access import operator_required
 from research_backlog import health, services
 from research_backlog.api import DeeperRequestSerializer, ResolveClaimSerializer
 from research_backlog.models import ClaimReview
@@ -46,10 +46,6 @@ from research_backlog.models import ClaimReview
 REUSE_THRESHOLD = 0.7
 CANDIDATE_LIMIT = 10
 REVIEW_LIMIT = 50
-
-
-def _actor(request: HttpRequest) -> str:
-    return user_actor(request.user)
 
 
 def _is_htmx(request: HttpRequest) -> bool:
@@ -71,17 +67,8 @@ def _back(request: HttpRequest) -> HttpResponse:
     return redirect("research-console")
 
 
-def age_text(seconds: float | None) -> str:
-    if seconds is None:
-        return "none waiting"
-    span = timedelta(seconds=int(seconds))
-    if span < timedelta(minutes=1):
-        return f"{span.seconds} s"
-    if span < timedelta(hours=1):
-        return f"{span.seconds // 60} min"
-    if span < timedelta(days=1):
-        return f"{span.seconds // 3600} h {span.seconds % 3600 // 60} min"
-    return f"{span.days} d {span.seconds // 3600} h"
+def _age(seconds: float | None) -> str:
+    return "none waiting" if seconds is None else format_duration(seconds, "coarse")
 
 
 # --- Candidates ---------------------------------------------------------------------
@@ -106,7 +93,7 @@ def _candidates_context(request: HttpRequest, query: dict[str, Any]) -> dict[str
     ranked = pathway_services.ranked_candidates(
         query["trigger_type"],
         query["trigger_ref"],
-        actor=_actor(request),
+        actor=actor_for(request),
         limit=CANDIDATE_LIMIT,
         action=Action.ADMIN_PATHWAY_MATCH_PROXY,
     )
@@ -180,7 +167,7 @@ def reuse_pathway(request: HttpRequest, pathway_id: str) -> HttpResponse:
     """Record a reuse (hit) pinned to the operator: ``admin.reasoning.pathway.hit.proxy``."""
     try:
         pk = uuid.UUID(pathway_id)
-        pathway = pathway_services.record_hit(pk, actor=_actor(request), action=Action.ADMIN_PATHWAY_HIT_PROXY)
+        pathway = pathway_services.record_hit(pk, actor=actor_for(request), action=Action.ADMIN_PATHWAY_HIT_PROXY)
     except (ValueError, NotFound):
         raise Http404("No such pathway.") from None
     except Conflict:
@@ -217,7 +204,7 @@ def trigger_deeper_research(request: HttpRequest) -> HttpResponse:
         trigger_type=data["trigger_type"],
         trigger_ref=data.get("trigger_ref", ""),
         question=data["question"],
-        actor=_actor(request),
+        actor=actor_for(request),
     )
     if _is_htmx(request):
         context: dict[str, Any] = {"queued": row, **_backlog_context(request)}
@@ -230,11 +217,11 @@ def trigger_deeper_research(request: HttpRequest) -> HttpResponse:
 
 
 def _backlog_context(request: HttpRequest) -> dict[str, Any]:
-    report = health.read_backlog_status(actor=_actor(request), action=Action.ADMIN_RESEARCH_BACKLOG_READ_PROXY)
+    report = health.read_backlog_status(actor=actor_for(request), action=Action.ADMIN_RESEARCH_BACKLOG_READ_PROXY)
     return {
         "backlog": report,
-        "oldest_pending": age_text(report["oldest_pending_age_seconds"]),
-        "oldest_dispatched": age_text(report["oldest_dispatched_age_seconds"]),
+        "oldest_pending": _age(report["oldest_pending_age_seconds"]),
+        "oldest_dispatched": _age(report["oldest_dispatched_age_seconds"]),
     }
 
 
@@ -248,7 +235,7 @@ def backlog_partial(request: HttpRequest) -> HttpResponse:
 
 
 def _reviews_context(request: HttpRequest) -> dict[str, Any]:
-    return {"reviews": health.read_review_queue(actor=_actor(request), limit=REVIEW_LIMIT)}
+    return {"reviews": health.read_review_queue(actor=actor_for(request), limit=REVIEW_LIMIT)}
 
 
 @operator_required
@@ -273,7 +260,7 @@ def resolve_review(request: HttpRequest, review_id: str) -> HttpResponse:
     else:
         try:
             services.resolve_claim_review(
-                pk, status=body.validated_data["status"], note=body.validated_data["note"], actor=_actor(request)
+                pk, status=body.validated_data["status"], note=body.validated_data["note"], actor=actor_for(request)
             )
             problem = ""
         except NotFound:

@@ -557,6 +557,7 @@ def profile_route(
     master_pid: int, port: int, token: str, pairs: Sequence[tuple[str, str]], out: Path, project_only: bool = True
 ) -> None:
     """Sample the gunicorn workers with py-spy during ``pairs`` requests; print the heaviest frames."""
+    # `make bench` puts py-spy on PATH from a throw-away virtualenv (never the project's).
     py_spy = shutil.which("py-spy") or str(BIN / "py-spy")
     spy = subprocess.Popen(
         [

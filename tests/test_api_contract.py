@@ -16,17 +16,11 @@ from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
-from config.api import StrictJSONParser
-from config.api_views import ApiView
+from core.api import StrictJSONParser
+from core.api_views import ApiView
+from core.serializers import StrictBooleanField, StrictCharField, StrictFloatField, StrictIntegerField, StrictSerializer
 from patients.services import create_patient
 from reasoning.models import ReasoningFlow, ReasoningStep
-from reasoning.serializers import (
-    StrictBooleanField,
-    StrictCharField,
-    StrictFloatField,
-    StrictIntegerField,
-    StrictSerializer,
-)
 from reasoning.services import create_api_token
 from research_backlog.models import ResearchRequest
 
@@ -69,7 +63,7 @@ def test_the_route_list_is_not_empty() -> None:
 def test_every_api_view_uses_the_shared_base_and_only_the_strict_json_parser(
     path: str, view_class: type[Any], method: str
 ) -> None:
-    assert issubclass(view_class, ApiView), f"{view_class.__name__} must extend config.api_views.ApiView"
+    assert issubclass(view_class, ApiView), f"{view_class.__name__} must extend core.api_views.ApiView"
     assert [type(parser) for parser in view_class().get_parsers()] == [StrictJSONParser]
 
 

@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 
 from audit.chain import chain_all
 from audit.models import AuditChainLink, AuditEvent
-from config.errors import Conflict
+from core.errors import Conflict
 from pathways.models import Pathway
 from patients.models import Patient
 from patients.services import create_patient

@@ -251,7 +251,7 @@ def test_fields_the_server_requires_are_required_in_the_schema(
 def test_required_labels_are_non_empty_and_carry_the_label_pattern(
     schema: dict[str, Any], component: str, field: str
 ) -> None:
-    from reasoning.serializers import LABEL_PATTERN
+    from core.labels import LABEL_PATTERN
 
     prop = schema["components"]["schemas"][component]["properties"][field]
 

@@ -12,7 +12,7 @@ from pytest_django import DjangoCaptureOnCommitCallbacks
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
-from config.errors import NotFound
+from core.errors import NotFound
 from pathways import services
 from pathways.models import Pathway
 from pathways.services import extract_after_close, extract_pathway

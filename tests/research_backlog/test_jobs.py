@@ -24,7 +24,7 @@ from django_q.models import Schedule
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
-from config.errors import Conflict
+from core.errors import Conflict
 from reasoning.models import ReasoningFlow
 from research_backlog import jobs, services
 from research_backlog.dispatcher import DispatchResult

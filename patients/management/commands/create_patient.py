@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from config.errors import ServiceError
+from core.errors import ServiceError
 from patients.services import create_patient
 
 

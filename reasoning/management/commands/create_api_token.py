@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from config.errors import ServiceError
+from core.errors import ServiceError
 from reasoning.models import ApiToken
 from reasoning.services import create_api_token
 

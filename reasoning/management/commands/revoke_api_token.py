@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from config.errors import ServiceError
+from core.errors import ServiceError
 from reasoning.services import revoke_api_token
 
 

@@ -1,6 +1,6 @@
 """Shared API plumbing: the JSON parser, the single error shape, JSON 404/500 pages.
 
-The API view base and the OpenAPI schema class are in ``config.api_views``: DRF's settings
+The API view base and the OpenAPI schema class are in ``core.api_views``: DRF's settings
 import this module while ``rest_framework.views`` is still loading.
 """
 
@@ -17,7 +17,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding  # type: ignore[attr-defined]  # DRF >= 3.18
 from rest_framework.response import Response
 
-from config.errors import ServiceError
+from core.errors import ServiceError
 
 
 class StrictJSONParser(JSONParser):

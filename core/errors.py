@@ -1,6 +1,6 @@
 """Errors that services raise and the API turns into 4xx responses.
 
-Services stay independent of DRF; ``config.api.exception_handler`` maps these.
+Services stay independent of DRF; ``core.api.exception_handler`` maps these.
 """
 
 from __future__ import annotations

@@ -1,16 +1,21 @@
-"""The base of every API view (declared query parameters) and the OpenAPI schema class."""
+"""The base of every API view (declared query parameters), the OpenAPI schema class, and the
+helpers every API module shares: the common error responses and query-parameter parsers."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.views import APIView
+
+from core.errors import InvalidInput
 
 
 class ApiView(APIView):
@@ -72,3 +77,49 @@ class AutoSchema(SpectacularAutoSchema):
                     f"{schema['description']} {description}" if "description" in schema else description
                 )
         super()._insert_field_validators(field, schema)
+
+
+# --- Shared by every app's API module ---------------------------------------------------
+
+ERROR = OpenApiResponse(OpenApiTypes.OBJECT, description='`{"detail": "..."}` or `{"field": ["message"]}`')
+ERRORS = {
+    400: OpenApiResponse(OpenApiTypes.OBJECT, description="Invalid body: the message names the field."),
+    401: OpenApiResponse(OpenApiTypes.OBJECT, description="Missing, unknown, revoked or expired token."),
+    403: OpenApiResponse(OpenApiTypes.OBJECT, description="The token lacks the route's scope."),
+}
+
+
+def parse_uuid(value: str, field: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidInput("must be a valid UUID", field=field) from None
+
+
+def limit_parameter(*, default: int, maximum: int) -> OpenApiParameter:
+    """The ``limit`` query parameter, with the bounds ``parse_limit`` enforces."""
+    return OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": maximum, "default": default},
+        description=f"1 to {maximum}, default {default}.",
+    )
+
+
+def parse_limit(raw: Any, *, default: int, maximum: int) -> int:
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInput("must be an integer", field="limit") from None
+    if not 1 <= value <= maximum:
+        raise InvalidInput(f"must be between 1 and {maximum}", field="limit")
+    return value
+
+
+def parse_flag(raw: str | None, field: str) -> bool:
+    if raw in (None, "", "false", "0"):
+        return False
+    if raw in ("true", "1"):
+        return True
+    raise InvalidInput("must be true or false", field=field)

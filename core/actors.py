@@ -1,0 +1,36 @@
+"""Who a request speaks for, as the actor string audit events carry.
+
+``token:<name>`` for an API token, ``user:<id>`` for a login session, ``system:<job>``
+for scheduled work (written by the jobs themselves). Every API view, page and admin
+action asks here, so the trail names a caller the same way whichever door it came in by.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from django.http import HttpRequest
+from rest_framework import exceptions
+from rest_framework.request import Request
+
+
+@runtime_checkable
+class Principal(Protocol):
+    """A non-user caller (an API token) that names itself in the audit trail."""
+
+    @property
+    def actor(self) -> str: ...
+
+
+def user_actor(user: Any) -> str:
+    return f"user:{user.pk}"
+
+
+def actor_for(request: Request | HttpRequest) -> str:
+    """The caller's actor string; 401 (DRF's ``NotAuthenticated``) for an anonymous one."""
+    user = request.user
+    if isinstance(user, Principal):
+        return user.actor
+    if user is not None and user.is_authenticated:
+        return user_actor(user)
+    raise exceptions.NotAuthenticated()
