@@ -7,6 +7,8 @@ class PathwaysConfig(AppConfig):
     name = "pathways"
 
     def ready(self) -> None:
+        from core.panels import register_panel
+        from pathways.console import CONSOLE_PAGE, console_panels
         from pathways.matcher import active_client
         from pathways.radar import library_facts
         from pathways.services import extract_after_close
@@ -19,3 +21,5 @@ class PathwaysConfig(AppConfig):
         flow_closed.connect(extract_after_close, dispatch_uid="pathways.extract_after_close")
         # Flow radars read the trigger family's maturity from the library.
         register_library_facts(library_facts)
+        # The Research Console (research_backlog's page) shows the candidates and comparison.
+        register_panel(CONSOLE_PAGE, "pathways.candidates", console_panels)

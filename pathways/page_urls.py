@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from pathways import views
+from pathways import console, views
+
+# The Research Console's pathway panels (the page itself is research_backlog's).
+CONSOLE = "dashboard/admin/reasoning/research-console"
 
 urlpatterns: list[URLPattern] = [
     path("dashboard/admin/reasoning/pathway-library", views.pathway_library_page, name="pathway-library"),
+    path(f"{CONSOLE}/candidates", console.candidates_partial, name="research-console-candidates"),
+    path(f"{CONSOLE}/compare", console.comparison_partial, name="research-console-compare"),
+    path(f"{CONSOLE}/pathways/<str:pathway_id>/reuse", console.reuse_pathway, name="research-console-reuse"),
 ]

@@ -10,7 +10,7 @@ from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -18,107 +18,24 @@ from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit, parse_uuid
 from core.errors import InvalidInput
 from core.serializers import (
-    StrictBooleanField,
-    StrictCharField,
     StrictSerializer,
-    StrictUUIDField,
-    label_field,
-    multiline_text_validator,
 )
 from reasoning.auth import IsAdmin
 from reasoning.models import ReasoningFlow
 from research_backlog import health, services
-from research_backlog.models import ClaimReview, ResearchRequest
+from research_backlog.serializers import (
+    CompleteSerializer,
+    DeeperRequestSerializer,
+    MarkClaimSerializer,
+    PullSerializer,
+    ResolveClaimSerializer,
+    request_representation,
+    review_representation,
+)
 
 CONFLICT = OpenApiResponse(OpenApiTypes.OBJECT, description="The row is not in a state that allows this.")
 NOT_FOUND = OpenApiResponse(OpenApiTypes.OBJECT, description="No such row.")
 MAX_PENDING_LIST = 500
-
-# Questions and notes may span lines and hold tabs, but no other control, format or separator characters.
-text_validator = multiline_text_validator
-
-
-def request_representation(row: ResearchRequest) -> dict[str, Any]:
-    return {
-        "id": row.pk,
-        "trigger_type": row.trigger_type,
-        "trigger_ref": row.trigger_ref,
-        "question": row.question,
-        "reason": row.reason,
-        "source": row.source,
-        "requested_by": row.requested_by,
-        "status": row.status,
-        "retry_count": row.retry_count,
-        "dispatched_from_backlog": row.dispatched_from_backlog,
-        "source_flow_id": row.source_flow_id,
-        "dispatched_at": row.dispatched_at,
-        "completed_at": row.completed_at,
-        "completed_flow_id": row.completed_flow_id,
-        "failure_reason": row.failure_reason,
-        "created_at": row.created_at,
-    }
-
-
-def review_representation(entry: ClaimReview) -> dict[str, Any]:
-    return {
-        "id": entry.pk,
-        "claim_id": entry.claim_id,
-        "trigger_type": entry.trigger_type,
-        "reason": entry.reason,
-        "source": entry.source,
-        "source_flow_id": entry.source_flow_id,
-        "marked_by": entry.marked_by,
-        "status": entry.status,
-        "resolution_note": entry.resolution_note,
-        "resolved_by": entry.resolved_by,
-        "resolved_at": entry.resolved_at,
-        "created_at": entry.created_at,
-    }
-
-
-class DeeperRequestSerializer(StrictSerializer):
-    trigger_type = label_field(help_text="The trigger family the research is for, e.g. `user_question`.")
-    trigger_ref = StrictCharField(max_length=500, required=False, allow_blank=True, validators=[text_validator])
-    question = StrictCharField(
-        max_length=2000, validators=[text_validator], help_text="What to research. Stored encrypted."
-    )
-    reason = serializers.ChoiceField(
-        choices=ResearchRequest.Reason.choices, required=False, default=ResearchRequest.Reason.OPERATOR_REQUESTED
-    )
-    source = label_field(max_length=64, required=False, default="operator")  # type: ignore[assignment]
-    dispatched_from_backlog = StrictBooleanField(
-        required=False,
-        default=True,
-        help_text="The flag the dispatched run's flow carries; true (default) stops that flow enqueueing more.",
-    )
-
-
-class PullSerializer(StrictSerializer):
-    trigger_type = label_field(required=False, help_text="Only pull requests of this trigger type.")
-
-
-class CompleteSerializer(StrictSerializer):
-    flow_id = StrictUUIDField(required=False, allow_null=True, help_text="The flow the research produced.")
-    error = label_field(
-        max_length=200,
-        required=False,
-        allow_null=True,
-        help_text="Why the research failed, as a label (`dispatcher_gave_up`, not a sentence); marks the row "
-        "`failed_voluntary`.",
-    )
-
-
-class MarkClaimSerializer(StrictSerializer):
-    claim_id = StrictCharField(max_length=200, validators=[text_validator], help_text="Opaque id of the claim.")
-    reason = label_field(required=False, default="claim_rejected")
-    source = label_field(max_length=64, required=False, default="operator")  # type: ignore[assignment]
-    trigger_type = label_field(required=False, allow_blank=True, default="")
-    flow_id = StrictUUIDField(required=False, allow_null=True, help_text="The flow that judged the claim.")
-
-
-class ResolveClaimSerializer(StrictSerializer):
-    status = serializers.ChoiceField(choices=[ClaimReview.Status.RESOLVED.value, ClaimReview.Status.DISMISSED.value])
-    note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="", validators=[text_validator])
 
 
 def _validated(serializer_class: type[StrictSerializer], data: Any) -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""The Research Console: the operators' workbench (each htmx partial has its own URL)."""
+"""The Research Console: the operators' workbench (each htmx partial has its own URL).
+
+The pathway panels' URLs (candidates, compare, reuse) are in ``pathways.page_urls``.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +13,6 @@ CONSOLE = "dashboard/admin/reasoning/research-console"
 
 urlpatterns = [
     path(CONSOLE, views.console_page, name="research-console"),
-    path(f"{CONSOLE}/candidates", views.candidates_partial, name="research-console-candidates"),
-    path(f"{CONSOLE}/compare", views.comparison_partial, name="research-console-compare"),
-    path(f"{CONSOLE}/pathways/<str:pathway_id>/reuse", views.reuse_pathway, name="research-console-reuse"),
     path(f"{CONSOLE}/deeper-research", views.trigger_deeper_research, name="research-console-deeper"),
     path(f"{CONSOLE}/backlog", views.backlog_partial, name="research-console-backlog"),
     path(f"{CONSOLE}/reviews", views.reviews_partial, name="research-console-reviews"),
