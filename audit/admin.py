@@ -25,7 +25,7 @@ from core.actors import actor_for
 from core.errors import ServiceError
 
 
-class ServiceAdmin(admin.ModelAdmin):
+class ServiceAdmin(admin.ModelAdmin[Any]):
     """A model admin whose saves call a service function, which writes the audit event.
 
     The service runs inside the admin's own transaction, so the change, its audit event
@@ -60,7 +60,7 @@ class ServiceAdmin(admin.ModelAdmin):
         unsaved._state.db = created._state.db
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(admin.ModelAdmin[Any]):
     """View permission only: no add form, no save button, POSTs to a change page are 403."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:

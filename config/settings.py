@@ -10,10 +10,14 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+
+# ModelAdmin[...], ModelForm[...] and friends are subscriptable (typed admin classes).
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("RFT_DATA_DIR") or BASE_DIR / ".data")

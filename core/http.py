@@ -61,7 +61,7 @@ def retry_after_seconds(response: httpx.Response) -> float | None:
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return max(0.0, float((when - datetime.now(UTC)).total_seconds()))
 
 
 @dataclass
@@ -115,4 +115,4 @@ class RetryPolicy:
 
     def backoff(self, attempt: int) -> float:
         ceiling = self.backoff_base * 2 ** (attempt - 1)
-        return ceiling / 2 + self._jitter.uniform(0, ceiling / 2)
+        return float(ceiling / 2 + self._jitter.uniform(0, ceiling / 2))

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import httpx
 import numpy as np
@@ -138,8 +138,10 @@ class HashBucketEmbedding:
         if norm == 0:
             # No features (empty or punctuation only), or they cancelled out: a fixed unit vector.
             vector[0] = 1.0
-            return vector.tolist()
-        return (vector / norm).tolist()
+            unit: list[float] = vector.tolist()
+            return unit
+        normalised: list[float] = (vector / norm).tolist()
+        return normalised
 
 
 # --- Vendor APIs -----------------------------------------------------------------------
@@ -236,7 +238,8 @@ class _VendorEmbedding:
                 f"{self.vendor} embeddings: got vectors of shape {matrix.shape}, "
                 f"need at least {EMBEDDING_DIMENSIONS} components"
             )
-        return _unit_rows(matrix[:, :EMBEDDING_DIMENSIONS]).tolist()
+        rows: list[list[float]] = _unit_rows(matrix[:, :EMBEDDING_DIMENSIONS]).tolist()
+        return rows
 
 
 _QUOTE_MIN_LENGTH = 8
@@ -390,7 +393,8 @@ class LocalMiniLMEmbedding:
         native = self.embed_native(texts)
         if len(native) == 0:
             return []
-        return _unit_rows(native @ minilm_projection()).tolist()
+        rows: list[list[float]] = _unit_rows(native @ minilm_projection()).tolist()
+        return rows
 
     def embed_native(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """The model's own unit vectors (384-d), before the projection."""
@@ -413,7 +417,8 @@ class LocalMiniLMEmbedding:
             raise EmbeddingError(f"local MiniLM inference failed ({type(exc).__name__})") from None
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        return (pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)).astype(np.float32)
+        unit_rows = pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        return cast("NDArray[np.float32]", unit_rows.astype(np.float32))
 
 
 # --- Selection -------------------------------------------------------------------------

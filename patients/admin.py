@@ -34,7 +34,7 @@ def shows_phi(request: HttpRequest) -> bool:
     return request.user.is_superuser
 
 
-class PatientAddForm(forms.ModelForm):
+class PatientAddForm(forms.ModelForm[Patient]):
     username = forms.CharField(max_length=150, validators=[UnicodeUsernameValidator()], help_text="The login.")
     password = forms.CharField(widget=forms.PasswordInput, strip=False)
 
@@ -117,12 +117,12 @@ class PatientAdmin(ServiceAdmin):
 
     def get_form(
         self, request: HttpRequest, obj: Patient | None = None, change: bool = False, **kwargs: Any
-    ) -> type[forms.ModelForm]:
+    ) -> type[forms.ModelForm[Patient]]:
         if obj is None:
             kwargs["form"] = PatientAddForm
         return super().get_form(request, obj, change, **kwargs)
 
-    def save_model(self, request: HttpRequest, obj: Patient, form: forms.ModelForm, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Patient, form: forms.ModelForm[Patient], change: bool) -> None:
         if change:
             # The form edits nothing but consent.
             if "reasoning_read_consent" in form.changed_data:

@@ -28,7 +28,7 @@ from reasoning.serializers import FLOW_FIELDS
 ENCRYPTED_STEP_FIELDS = ("inputs_pii", "outputs_pii", "reasoning_content")
 
 
-class StepInline(admin.TabularInline):
+class StepInline(admin.TabularInline[ReasoningStep, ReasoningFlow]):
     model = ReasoningStep
     fields = ("position", "kind", "agent", "summary_text", "confidence", "latency_ms", "reasoning_content_chars")
     readonly_fields = fields
@@ -100,7 +100,7 @@ class ReasoningFlowAdmin(ReadOnlyAdmin):
         return response
 
 
-class ApiTokenAddForm(forms.ModelForm):
+class ApiTokenAddForm(forms.ModelForm[ApiToken]):
     scopes = forms.MultipleChoiceField(choices=ApiToken.Scope.choices, widget=forms.CheckboxSelectMultiple)
 
     class Meta:
@@ -136,7 +136,7 @@ class ApiTokenAdmin(ServiceAdmin):
 
     def get_form(
         self, request: HttpRequest, obj: ApiToken | None = None, change: bool = False, **kwargs: Any
-    ) -> type[forms.ModelForm]:
+    ) -> type[forms.ModelForm[ApiToken]]:
         if obj is None:
             kwargs["form"] = ApiTokenAddForm
         return super().get_form(request, obj, change, **kwargs)
@@ -146,7 +146,7 @@ class ApiTokenAdmin(ServiceAdmin):
         # The id, not str(patient): no per-row query, and no PHI row loaded for a list.
         return obj.patient_id
 
-    def save_model(self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm[ApiToken], change: bool) -> None:
         # Only the add form gets here: without change permission a POST to a token is a 403.
         data = form.cleaned_data
         patient = data.get("patient")

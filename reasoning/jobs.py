@@ -59,7 +59,7 @@ def decay_stale_flows(now: datetime | None = None, *, batch_size: int = 500) -> 
                     counts["skipped"] += 1  # closed by its agent meanwhile
     aborted, skipped = counts["aborted"], counts["skipped"]
     logger.info("flow decay: aborted %d stale flows (%d closed concurrently)", aborted, skipped)
-    return aborted
+    return int(aborted)
 
 
 def purge_reasoning_content(now: datetime | None = None, *, batch_size: int = 1000) -> int:
@@ -85,4 +85,4 @@ def purge_reasoning_content(now: datetime | None = None, *, batch_size: int = 10
             )
     purged = counts["purged"]
     logger.info("reasoning content retention: purged %d step(s) older than %d days", purged, days)
-    return purged
+    return int(purged)

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework.test import APIClient
 
 
-def test_step_written_to_flow_shows_in_admin_read(agent: APIClient, operator: APIClient, flow: dict) -> None:
+def test_step_written_to_flow_shows_in_admin_read(agent: APIClient, operator: APIClient, flow: dict[str, Any]) -> None:
     step = agent.post(
         f"/api/reasoning/flows/{flow['id']}/steps",
         {"kind": "retrieval", "agent": "researcher", "summary_text": "Retrieved guidelines", "confidence": 0.9},

@@ -207,9 +207,9 @@ def test_embed_rejects_a_single_string() -> None:
 
 
 def test_column_width_matches_the_model_field() -> None:
-    from pathways.models import EMBEDDING_DIMENSIONS as COLUMN_WIDTH
+    from pathways.models import Pathway
 
-    assert COLUMN_WIDTH == EMBEDDING_DIMENSIONS
+    assert Pathway._meta.get_field("embedding").dimensions == EMBEDDING_DIMENSIONS
 
 
 # --- Vendor clients --------------------------------------------------------------------

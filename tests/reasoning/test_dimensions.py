@@ -419,7 +419,7 @@ RADARS = st.builds(lambda values: full_radar(**dict(zip(AXES, values, strict=Tru
 
 def net_advantage(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> int:
     positive = sum(a[axis]["score"] - b[axis]["score"] for axis in AXES if axis != "risk")
-    return positive - (a["risk"]["score"] - b["risk"]["score"])
+    return int(positive - (a["risk"]["score"] - b["risk"]["score"]))
 
 
 @FAST
