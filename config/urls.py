@@ -17,7 +17,6 @@ urlpatterns = [
     path("", include("reasoning.urls")),
     path("", include("pathways.urls")),
     path("", include("research_backlog.urls")),
-    # Operator pages first: /dashboard/admin/reasoning/<flow_id> would swallow their names.
     path("", include("research_backlog.page_urls")),
     path("", include("pathways.page_urls")),
     path("", include("reasoning.page_urls")),

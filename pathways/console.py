@@ -147,12 +147,12 @@ def comparison_partial(request: HttpRequest) -> HttpResponse:
 
 @operator_required
 @require_POST
-def reuse_pathway(request: HttpRequest, pathway_id: str) -> HttpResponse:
+def reuse_pathway(request: HttpRequest, pathway_id: uuid.UUID) -> HttpResponse:
     """Record a reuse (hit) pinned to the operator: ``admin.reasoning.pathway.hit.proxy``."""
+    pk = pathway_id
     try:
-        pk = uuid.UUID(pathway_id)
         pathway = services.record_hit(pk, actor=actor_for(request), action=Action.ADMIN_PATHWAY_HIT_PROXY)
-    except (ValueError, NotFound):
+    except NotFound:
         raise Http404("No such pathway.") from None
     except Conflict:
         if is_htmx(request):

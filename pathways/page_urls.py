@@ -13,5 +13,5 @@ urlpatterns: list[URLPattern] = [
     path("dashboard/admin/reasoning/pathway-library", views.pathway_library_page, name="pathway-library"),
     path(f"{CONSOLE}/candidates", console.candidates_partial, name="research-console-candidates"),
     path(f"{CONSOLE}/compare", console.comparison_partial, name="research-console-compare"),
-    path(f"{CONSOLE}/pathways/<str:pathway_id>/reuse", console.reuse_pathway, name="research-console-reuse"),
+    path(f"{CONSOLE}/pathways/<uuid:pathway_id>/reuse", console.reuse_pathway, name="research-console-reuse"),
 ]

@@ -7,7 +7,6 @@ from django.urls import path
 from reasoning import views
 
 urlpatterns = [
-    path("dashboard/reasoning/<str:decision_id>", views.narrative_page, name="narrative-page"),
-    # Included after the other operator pages: this pattern would match their paths too.
-    path("dashboard/admin/reasoning/<str:flow_id>", views.admin_flow_page, name="admin-flow-page"),
+    path("dashboard/reasoning/<uuid:decision_id>", views.narrative_page, name="narrative-page"),
+    path("dashboard/admin/reasoning/<uuid:flow_id>", views.admin_flow_page, name="admin-flow-page"),
 ]

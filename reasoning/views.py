@@ -34,11 +34,8 @@ from reasoning.services import FlowStepsPage, read_flow_page_for_admin
 
 @login_required
 @require_safe
-def narrative_page(request: HttpRequest, decision_id: str) -> HttpResponse:
-    try:
-        pk = uuid.UUID(decision_id)
-    except ValueError:
-        return _not_found(request)
+def narrative_page(request: HttpRequest, decision_id: uuid.UUID) -> HttpResponse:
+    pk = decision_id
     throttle = NarrativeReadThrottle()
     if not throttle.allow_request(request, None):  # type: ignore[arg-type]  # needs only .user
         response = render(request, "reasoning/narrative_throttled.html", status=429)
@@ -89,18 +86,15 @@ BACK_REFS = (
 
 @operator_required
 @require_safe
-def admin_flow_page(request: HttpRequest, flow_id: str) -> HttpResponse:
+def admin_flow_page(request: HttpRequest, flow_id: uuid.UUID) -> HttpResponse:
     """A flow's header, metadata and radar; one page (100 steps) of its graph and timeline.
 
     The graph holds the page's steps only; a parent on an earlier page is a labelled
-    stub linking to it. A malformed id or ``?page``, an unknown flow or a page past the
-    last renders the 404 page.
+    stub linking to it. A malformed ``?page``, an unknown flow or a page past the last
+    renders the 404 page (a malformed id matches no route: ``templates/404.html``).
     """
     raw_page = request.GET.get("page", "1")
-    try:
-        pk = uuid.UUID(flow_id)
-    except ValueError:
-        return _flow_not_found(request)
+    pk = flow_id
     if not PAGE_NUMBER.fullmatch(raw_page):
         return _flow_not_found(request)
     try:

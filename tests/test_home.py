@@ -1,9 +1,10 @@
-"""``/``: the address ``make run`` prints is a way in, not a 404."""
+"""``/`` is a way in, not a 404; page URLs never shadow each other; unknown addresses are friendly 404s."""
 
 from __future__ import annotations
 
 import pytest
 from django.test import Client
+from django.urls import resolve
 
 from reasoning import services
 
@@ -27,3 +28,26 @@ def test_root_sends_an_operator_to_the_research_console() -> None:
 
     assert response.status_code == 200
     assert response.request["PATH_INFO"] == "/dashboard/admin/reasoning/research-console"
+
+
+@pytest.mark.parametrize(
+    ("path", "view"),
+    [
+        ("/dashboard/admin/reasoning/research-console", "research-console"),
+        ("/dashboard/admin/reasoning/pathway-library", "pathway-library"),
+        ("/dashboard/admin/reasoning/00000000-0000-0000-0000-000000000007", "admin-flow-page"),
+    ],
+)
+def test_operator_page_names_and_flow_ids_never_shadow_each_other(path: str, view: str) -> None:
+    # Flow pages take only UUIDs, so the order of the URL includes does not matter.
+    assert resolve(path).url_name == view
+
+
+def test_a_malformed_flow_id_is_the_flow_not_found_page() -> None:
+    client = Client()
+    client.force_login(services.create_operator(username="olga", password="correct horse battery", actor="system:test"))
+
+    response = client.get("/dashboard/admin/reasoning/not-a-flow")
+
+    assert response.status_code == 404
+    assert "Flow not found" in response.content.decode()
