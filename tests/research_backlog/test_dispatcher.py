@@ -1,7 +1,8 @@
 """The webhook dispatcher and the backlog consumer against a real HTTP server on 127.0.0.1.
 
-Each test scripts the server's answers (status, body, headers, delay) and drives the real
-``WebhookDispatcher`` through ``jobs.consume``. Back-off waits are recorded, not slept.
+Each test scripts the server's answers (status, body, headers, a hook run before answering)
+and drives the real ``WebhookDispatcher`` through ``jobs.consume``. Back-off waits are
+recorded, not slept; a slow server is one that holds its answer, never a timed sleep.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ import itertools
 import json
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import time_machine
 from django.db import connections, transaction
 from django.test import override_settings
 from rest_framework.test import APIClient
@@ -59,7 +60,6 @@ class Reply:
     status: int = 200
     body: Any = None  # bytes are sent as they are; anything else as JSON
     headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
     before: Callable[[Received], None] | None = None  # runs in the server thread before answering
 
 
@@ -107,8 +107,6 @@ def fake() -> Iterator[FakeDispatcher]:
                     reply.before(received)
                 except BaseException as exc:  # surfaced by the test, not lost in the server thread
                     server_state.errors.append(exc)
-            if reply.delay:
-                time.sleep(reply.delay)
             payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
             self.send_response(reply.status)
             for name, value in reply.headers.items():
@@ -226,12 +224,14 @@ def test_the_request_is_a_signed_json_post_of_the_request_document(
 def test_the_timestamp_is_the_current_time_by_default(fake: FakeDispatcher, make_dispatcher: MakeDispatcher) -> None:
     enqueue()
     fake.script(Reply(200, {"error": "no_sources"}))
-    before = int(time.time())
 
-    jobs.consume(dispatcher=make_dispatcher())
+    now = datetime(2031, 5, 4, 3, 2, 1, tzinfo=UTC)
+
+    with time_machine.travel(now, tick=False):
+        jobs.consume(dispatcher=make_dispatcher())
 
     (received,) = fake.received
-    assert before <= int(received.headers["x-rft-timestamp"]) <= int(time.time())
+    assert received.headers["x-rft-timestamp"] == str(int(now.timestamp()))
     assert_signed(received)
 
 
@@ -518,14 +518,25 @@ def test_a_refused_connection_fails_with_dispatcher_unreachable_after_retries(
 def test_a_server_slower_than_the_timeout_is_unreachable(
     fake: FakeDispatcher, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
 ) -> None:
+    # The server holds its (successful) answer until the consumer has returned. Had the
+    # dispatcher ignored its 0.2 s timeout, it would still be waiting when the hold ends
+    # (after 10 s), receive the flow id and complete the row: the status assertions
+    # fail. No sleep and no stopwatch.
+    release = threading.Event()
+
+    def hold(_: Received) -> None:
+        release.wait(timeout=10)
+
+    fake.script(Reply(200, {"flow_id": flow["id"]}, before=hold))
     row = enqueue()
-    fake.script(Reply(200, {"flow_id": flow["id"]}, delay=1.0))
-    started = time.monotonic()
 
-    jobs.consume(dispatcher=make_dispatcher(timeout=0.2, max_attempts=1))
+    try:
+        counts = jobs.consume(dispatcher=make_dispatcher(timeout=0.2, max_attempts=1))
+    finally:
+        release.set()
 
-    assert time.monotonic() - started < 0.9  # it gave up, it did not wait for the answer
     assert len(fake.received) == 1
+    assert counts["failed"] == 1
     stored = reload(row)
     assert stored.status == Status.FAILED_VOLUNTARY
     assert stored.failure_reason == "dispatcher_unreachable"
