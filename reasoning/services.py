@@ -177,12 +177,12 @@ def _replayed(existing: ReasoningFlow | ReasoningStep, fingerprint: str) -> Any:
 
 def add_step(flow_id: uuid.UUID, data: Mapping[str, Any], *, actor: str) -> tuple[ReasoningStep, bool]:
     """Append one step to an active flow. Returns ``(step, created)``; see ``add_steps``."""
-    steps, created = add_steps(flow_id, [data], actor=actor)
+    steps, created = add_steps(flow_id, [data], actor=actor, batch=False)
     return steps[0], created
 
 
 def add_steps(
-    flow_id: uuid.UUID, items: Sequence[Mapping[str, Any]], *, actor: str
+    flow_id: uuid.UUID, items: Sequence[Mapping[str, Any]], *, actor: str, batch: bool = True
 ) -> tuple[list[ReasoningStep], bool]:
     """Append steps to an active flow, in order, all or none. Returns ``(steps, created)``.
 
@@ -194,6 +194,9 @@ def add_steps(
     Retries are safe when steps carry client-chosen ids: if every step already exists
     with the same body, the stored steps come back with ``created`` False; any other
     overlap with stored steps is a conflict.
+
+    ``batch``: the request was the batch route, so errors name the step (``steps[2].…``),
+    even for a batch of one.
     """
     prepared = [_prepare_step(dict(item)) for item in items]
     client_ids = [step.id for step, has_id in prepared if has_id]
@@ -203,7 +206,7 @@ def add_steps(
         return replayed, False
     steps = [step for step, _ in prepared]
     try:
-        _insert_steps(flow_id, steps, actor=actor)
+        _insert_steps(flow_id, steps, actor=actor, batch=batch)
     except IntegrityError:
         # A concurrent retry with the same ids won the race.
         if not client_ids or (replayed := _replayed_steps(flow_id, prepared)) is None:
@@ -256,7 +259,7 @@ def _replayed_steps(flow_id: uuid.UUID, prepared: list[tuple[ReasoningStep, bool
 
 
 @transaction.atomic(durable=True)
-def _insert_steps(flow_id: uuid.UUID, steps: list[ReasoningStep], *, actor: str) -> None:
+def _insert_steps(flow_id: uuid.UUID, steps: list[ReasoningStep], *, actor: str, batch: bool) -> None:
     # Taking the positions locks the flow row until commit: a concurrent close waits
     # for these steps (and then counts them), or wins and they get a 409.
     with connection.cursor() as cursor:
@@ -269,7 +272,7 @@ def _insert_steps(flow_id: uuid.UUID, steps: list[ReasoningStep], *, actor: str)
     if row is None:
         _raise_missing_or_closed(flow_id)
     first_position = row[0] - len(steps) + 1
-    _check_parents(flow_id, steps)
+    _check_parents(flow_id, steps, batch=batch)
     for offset, step in enumerate(steps):
         step.flow_id = flow_id
         step.position = first_position + offset
@@ -298,7 +301,7 @@ def _raise_missing_or_closed(flow_id: uuid.UUID) -> Any:
     raise Conflict(f"flow {flow_id} is {state}; it no longer accepts changes")
 
 
-def _check_parents(flow_id: uuid.UUID, steps: list[ReasoningStep]) -> None:
+def _check_parents(flow_id: uuid.UUID, steps: list[ReasoningStep], *, batch: bool) -> None:
     """Every parent is a stored step of this flow or an earlier step of this request."""
     earlier: set[uuid.UUID] = set()
     referenced = {
@@ -313,7 +316,7 @@ def _check_parents(flow_id: uuid.UUID, steps: list[ReasoningStep]) -> None:
         if to_look_up
         else set()
     )
-    prefix = "" if len(steps) == 1 else "steps[{}]."
+    prefix = "steps[{}]." if batch else ""
     for index, step in enumerate(steps):
         known = stored | earlier
         where = prefix.format(index)

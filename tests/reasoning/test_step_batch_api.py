@@ -245,11 +245,6 @@ def test_unknown_extra_parent_in_second_item_is_400_naming_steps_1_extra_parent_
     assert step_count(flow["id"]) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: _check_parents drops the 'steps[i].' prefix whenever the request has one step, "
-    "so a one-step batch's parent error is named 'parent_step_id', not 'steps[0].parent_step_id'",
-)
 def test_unknown_parent_in_a_one_step_batch_is_400_naming_steps_0_parent_step_id(
     agent: APIClient, flow: dict[str, Any]
 ) -> None:
