@@ -40,6 +40,7 @@ from reasoning.serializers import (
     FlowSerializer,
     NarrativePendingSerializer,
     NarrativeSerializer,
+    ReasoningStatsSerializer,
     StepBatchResponseSerializer,
     StepBatchSerializer,
     StepCreateSerializer,
@@ -412,7 +413,24 @@ class AdminStatsView(ApiView):
         summary="Flow, step and raw-reasoning counts",
         description="Needs `reasoning.admin`. Raw chain-of-thought appears only as character counts "
         "(sum, p50, p95) and how many steps hold or held it. Not audited (counts only).",
-        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
+        responses={200: ReasoningStatsSerializer, **ERRORS},
+        examples=[
+            OpenApiExample(
+                "Counts",
+                value={
+                    "flows": {"active": 3, "completed": 120, "aborted": 7},
+                    "steps": 842,
+                    "reasoning_content": {
+                        "steps_with_reasoning": 95,
+                        "purged": 12,
+                        "chars_sum": 181450,
+                        "chars_p50": 1620,
+                        "chars_p95": 5210,
+                    },
+                },
+                response_only=True,
+            )
+        ],
     )
     def get(self, request: Request) -> Response:
         return Response(reasoning_stats())

@@ -230,6 +230,28 @@ class StepSerializer(serializers.ModelSerializer[ReasoningStep]):
         read_only_fields = fields
 
 
+class ReasoningContentStatsSerializer(serializers.Serializer[Any]):
+    steps_with_reasoning = serializers.IntegerField(help_text="Steps that hold raw reasoning now.")
+    purged = serializers.IntegerField(help_text="Steps whose raw reasoning the retention job deleted.")
+    chars_sum = serializers.IntegerField()
+    chars_p50 = serializers.IntegerField(allow_null=True)
+    chars_p95 = serializers.IntegerField(allow_null=True)
+
+
+class FlowCountsSerializer(serializers.Serializer[Any]):
+    active = serializers.IntegerField()
+    completed = serializers.IntegerField()
+    aborted = serializers.IntegerField()
+
+
+class ReasoningStatsSerializer(serializers.Serializer[Any]):
+    """``reasoning.stats.ReasoningStats``: counts only, never text."""
+
+    flows = FlowCountsSerializer(help_text="Flows by state.")
+    steps = serializers.IntegerField()
+    reasoning_content = ReasoningContentStatsSerializer()
+
+
 class StepBatchResponseSerializer(serializers.Serializer[Any]):
     steps = StepSerializer(many=True)
 

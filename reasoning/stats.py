@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from django.db import connection
 from django.db.models import Count
@@ -10,7 +10,21 @@ from django.db.models import Count
 from reasoning.models import ReasoningFlow
 
 
-def reasoning_stats() -> dict[str, Any]:
+class ReasoningContentStats(TypedDict):
+    steps_with_reasoning: int
+    purged: int
+    chars_sum: int
+    chars_p50: int | None
+    chars_p95: int | None
+
+
+class ReasoningStats(TypedDict):
+    flows: dict[str, int]  # every flow state, zero included
+    steps: int
+    reasoning_content: ReasoningContentStats
+
+
+def reasoning_stats() -> ReasoningStats:
     by_state = dict(ReasoningFlow.objects.values_list("flow_state").annotate(n=Count("id")).order_by())
     # One pass over steps: totals, and percentiles of raw reasoning length (never the text).
     with connection.cursor() as cursor:

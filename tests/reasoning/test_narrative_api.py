@@ -22,6 +22,7 @@ from patients.services import create_patient, set_reasoning_read_consent
 from reasoning.models import ApiToken, ReasoningFlow
 from reasoning.narrative import DISCLAIMER
 from reasoning.services import create_api_token
+from tests.schema_check import assert_matches_schema
 
 pytestmark = pytest.mark.django_db
 
@@ -356,45 +357,6 @@ def test_completed_flow_reached_a_decision_and_keeps_its_outcome_and_radar(
     assert body["dimensions"]["axes"][0]["label"] == "How sure"
 
 
-def _documented(schema: dict[str, Any], ref: str) -> dict[str, Any]:
-    component: dict[str, Any] = schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]
-    return component
-
-
-def _assert_matches_schema(schema: dict[str, Any], node: dict[str, Any], value: Any) -> None:
-    """``value`` has exactly the documented properties, each of the documented type."""
-    if "$ref" in node:
-        node = _documented(schema, node["$ref"])
-    if "allOf" in node:  # a nullable $ref
-        (inner,) = node["allOf"]
-        assert value is not None or node.get("nullable"), node
-        if value is not None:
-            _assert_matches_schema(schema, inner, value)
-        return
-    if value is None:
-        assert node.get("nullable"), node
-        return
-    if "enum" in node:
-        assert value in node["enum"], (value, node["enum"])
-    kind = node.get("type")
-    if kind == "object" or "properties" in node:
-        assert isinstance(value, dict)
-        assert set(value) == set(node["properties"]), (set(value), set(node["properties"]))
-        assert set(node.get("required", [])) <= set(value)
-        for key, item in value.items():
-            _assert_matches_schema(schema, node["properties"][key], item)
-    elif kind == "array":
-        assert isinstance(value, list)
-        for item in value:
-            _assert_matches_schema(schema, node["items"], item)
-    elif kind == "string":
-        assert isinstance(value, str)
-    elif kind == "integer":
-        assert isinstance(value, int) and not isinstance(value, bool)
-    elif kind == "boolean":
-        assert isinstance(value, bool)
-
-
 @pytest.mark.parametrize("abort_reason", [None, "tool_error"], ids=["completed", "aborted"])
 def test_narrative_body_is_exactly_what_openapi_documents(
     agent: APIClient, patient: Patient, patient_app: APIClient, abort_reason: str | None
@@ -408,8 +370,8 @@ def test_narrative_body_is_exactly_what_openapi_documents(
     pending = patient_app.get(flow_url(active.flow_id))
 
     assert (served.status_code, pending.status_code) == (200, 202)
-    _assert_matches_schema(schema, documented["200"]["content"]["application/json"]["schema"], served.json())
-    _assert_matches_schema(schema, documented["202"]["content"]["application/json"]["schema"], pending.json())
+    assert_matches_schema(schema, documented["200"]["content"]["application/json"]["schema"], served.json())
+    assert_matches_schema(schema, documented["202"]["content"]["application/json"]["schema"], pending.json())
 
 
 # --- 202 --------------------------------------------------------------------------------------
