@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import Count, Min
 from django.utils import timezone
 
@@ -30,9 +30,15 @@ RECENT_WINDOW = timedelta(hours=24)
 RECENT_LIMIT = 10
 
 
+class Verdict(models.TextChoices):
+    HEALTHY = "healthy"
+    WARN = "warn"
+    CRITICAL = "critical"
+
+
 @dataclass(frozen=True)
 class LoopHealth:
-    verdict: str
+    verdict: Verdict
     reasons: list[str]
 
 
@@ -51,10 +57,10 @@ def loop_health(
     if recent_failures >= WARN_RECENT_FAILURES:
         warn.append("recent_failures_at_least_5")
     if critical:
-        return LoopHealth("critical", critical + warn)
+        return LoopHealth(Verdict.CRITICAL, critical + warn)
     if warn:
-        return LoopHealth("warn", warn)
-    return LoopHealth("healthy", [])
+        return LoopHealth(Verdict.WARN, warn)
+    return LoopHealth(Verdict.HEALTHY, [])
 
 
 def _seconds(age: timedelta | None) -> float | None:
