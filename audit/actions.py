@@ -70,7 +70,8 @@ class Action(StrEnum):
     PATIENT_CONSENT_CHANGED = "patient.reasoning_read_consent.changed"
     FIELD_ENCRYPTION_ROTATED = "admin.field_encryption.rotated"
 
-    # Raw chain-of-thought retention
+    # Raw chain-of-thought retention: one event per purged batch (counts only), inside the job's run
+    REASONING_CONTENT_PURGED = "reasoning.step.reasoning_content_purged"
     JOB_REASONING_CONTENT_RETENTION_STARTED = "memory.job.reasoning_content_retention.started"
     JOB_REASONING_CONTENT_RETENTION_COMPLETED = "memory.job.reasoning_content_retention.completed"
     JOB_REASONING_CONTENT_RETENTION_ERROR = "memory.job.reasoning_content_retention.error"

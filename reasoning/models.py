@@ -24,6 +24,12 @@ class FlowQuerySet(models.QuerySet["ReasoningFlow"]):
         return self.active().filter(created_at__lt=older_than)
 
 
+class StepQuerySet(models.QuerySet["ReasoningStep"]):
+    def holding_reasoning(self, created_before: datetime) -> StepQuerySet:
+        """Steps still holding raw reasoning, written before ``created_before``: the retention job's candidates."""
+        return self.filter(reasoning_content__isnull=False, created_at__lt=created_before)
+
+
 # Defined at module level so ReasoningFlow's Meta (an index condition) can name the
 # members; reach them as ReasoningFlow.State.
 class FlowState(models.TextChoices):
@@ -143,6 +149,8 @@ class ReasoningStep(models.Model):
     # The same keyed fingerprint as ReasoningFlow.request_hash, of the step's create request.
     request_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = StepQuerySet.as_manager()
 
     class Meta:
         db_table = "reasoning_step"
