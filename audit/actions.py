@@ -28,6 +28,8 @@ class Action(StrEnum):
     PATHWAY_MATCH_REQUESTED = "reasoning.pathway.match_requested"
     PATHWAY_MATCHED = "reasoning.pathway.matched"
     PATHWAY_DEMOTED = "reasoning.pathway.demoted"
+    # One batch of the embedding backfill written (model and counts only)
+    PATHWAY_EMBEDDINGS_STORED = "reasoning.pathway.embeddings_stored"
     ADMIN_PATHWAY_STATS_READ = "admin.reasoning.pathway.stats_read"
     ADMIN_PATHWAY_MATCH_PROXY = "admin.reasoning.pathway.match.proxy"
     ADMIN_PATHWAY_HIT_PROXY = "admin.reasoning.pathway.hit.proxy"

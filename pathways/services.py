@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from audit.actions import Action
@@ -127,3 +129,46 @@ def ranked_candidates(
             },
         )
     return list(zip(found, radars, strict=True))
+
+
+@transaction.atomic
+def demote_batch(rule: QuerySet[Pathway], ids: Sequence[object], reason: str, now: datetime, *, actor: str) -> int:
+    """Demote the pathways among ``ids`` that still match ``rule`` (a decay rule's queryset),
+    with ``reason``; one ``reasoning.pathway.demoted`` per row (counts and labels only).
+
+    The rows are locked and the rule re-checked: a pathway reused (or demoted) by someone
+    else since it was picked waits for that commit, then drops out here. Returns the
+    number demoted.
+    """
+    rows = list(rule.filter(pk__in=ids).select_for_update().values("pk", "hit_count", "created_at", "trigger_type"))
+    Pathway.objects.filter(pk__in=[row["pk"] for row in rows]).update(demoted_at=now, demotion_reason=reason)
+    for row in rows:
+        record(
+            Action.PATHWAY_DEMOTED,
+            actor=actor,
+            target=("pathways.pathway", row["pk"]),
+            payload={
+                "pathway_id": str(row["pk"]),
+                "reason": reason,
+                "hit_count": row["hit_count"],
+                "age_days": (now - row["created_at"]).days,
+                "trigger_type": row["trigger_type"],
+            },
+        )
+    return len(rows)
+
+
+@transaction.atomic
+def store_embeddings(vectors: Sequence[tuple[uuid.UUID, Sequence[float]]], *, model_name: str, actor: str) -> int:
+    """Write one batch of ``(pathway id, vector)`` pairs computed with ``model_name``, and
+    audit it as ``reasoning.pathway.embeddings_stored`` with the counts. The vectors are
+    computed by the caller, outside any transaction. Returns the number of rows written."""
+    written = 0
+    for pk, vector in vectors:
+        written += Pathway.objects.filter(pk=pk).update(embedding=vector, embedding_model=model_name)
+    record(
+        Action.PATHWAY_EMBEDDINGS_STORED,
+        actor=actor,
+        payload={"model": model_name, "batch": len(vectors), "embedded": written},
+    )
+    return written
