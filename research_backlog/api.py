@@ -27,7 +27,7 @@ from reasoning.serializers import (
     label_field,
     multiline_text_validator,
 )
-from research_backlog import health, services
+from research_backlog import services
 from research_backlog.models import ClaimReview, ResearchRequest
 
 CONFLICT = OpenApiResponse(OpenApiTypes.OBJECT, description="The row is not in a state that allows this.")
@@ -209,7 +209,7 @@ class BacklogStatusView(ApiView):
         responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
     )
     def get(self, request: Request) -> Response:
-        return Response(health.read_backlog_status(actor=actor_of(request)))
+        return Response(services.read_backlog_status(actor=actor_of(request)))
 
 
 class ClaimReviewCollectionView(ApiView):
@@ -226,7 +226,7 @@ class ClaimReviewCollectionView(ApiView):
     )
     def get(self, request: Request) -> Response:
         limit = parse_limit(request.query_params.get("limit"), default=100, maximum=MAX_PENDING_LIST)
-        queue = health.read_review_queue(actor=actor_of(request), limit=limit)
+        queue = services.read_review_queue(actor=actor_of(request), limit=limit)
         return Response(
             {
                 "pending": [review_representation(entry) for entry in queue["pending"]],

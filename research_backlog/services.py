@@ -1,4 +1,4 @@
-"""State changes of the research backlog and the claim-review queue.
+"""State changes of the research backlog and the claim-review queue, and their audited reads.
 
 Each function runs in one transaction with its audit event. Audit payloads carry ids,
 labels and counts: never the question or a curator's note.
@@ -26,6 +26,7 @@ from audit.actions import Action
 from audit.services import record
 from config.errors import Conflict, InvalidInput, NotFound
 from reasoning.models import ReasoningFlow
+from research_backlog import health
 from research_backlog.models import ClaimReview, ResearchRequest
 
 logger = logging.getLogger(__name__)
@@ -217,6 +218,31 @@ def purge_batch(ids: list[uuid.UUID], cutoff: datetime) -> int:
     request's history; the job's run event carries the count. Returns the number deleted."""
     deleted, _ = ResearchRequest.objects.expired(cutoff).filter(pk__in=ids).delete()
     return deleted
+
+
+# --- Audited reads -------------------------------------------------------------------
+
+
+def read_backlog_status(*, actor: str, action: Action = Action.ADMIN_RESEARCH_BACKLOG_READ) -> dict[str, Any]:
+    """``health.backlog_status`` for an operator, audited (the total and the verdict only). The
+    API audits ``admin.reasoning.research.backlog_read``; the console its ``.proxy``."""
+    report = health.backlog_status()
+    with transaction.atomic():
+        record(action, actor=actor, payload={"total": report["total"], "loop_health": report["loop_health"]["verdict"]})
+    return report
+
+
+def read_review_queue(*, actor: str, limit: int = 100) -> dict[str, Any]:
+    """``health.claims_pending_review`` for a curator, audited as
+    ``admin.reasoning.claims_pending_review.listed`` (counts only)."""
+    queue = health.claims_pending_review(limit=limit)
+    with transaction.atomic():
+        record(
+            Action.ADMIN_CLAIM_REVIEW_LISTED,
+            actor=actor,
+            payload={"pending_count": queue["pending_count"], "recent_count": len(queue["recent_resolutions"])},
+        )
+    return queue
 
 
 def mark_claim_for_review(

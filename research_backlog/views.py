@@ -37,7 +37,7 @@ from pathways.models import Pathway
 from pathways.radar import candidate_radars
 from patients.access import user_actor
 from reasoning.access import operator_required
-from research_backlog import health, services
+from research_backlog import services
 from research_backlog.api import DeeperRequestSerializer, ResolveClaimSerializer
 from research_backlog.models import ClaimReview
 
@@ -230,7 +230,7 @@ def trigger_deeper_research(request: HttpRequest) -> HttpResponse:
 
 
 def _backlog_context(request: HttpRequest) -> dict[str, Any]:
-    report = health.read_backlog_status(actor=_actor(request), action=Action.ADMIN_RESEARCH_BACKLOG_READ_PROXY)
+    report = services.read_backlog_status(actor=_actor(request), action=Action.ADMIN_RESEARCH_BACKLOG_READ_PROXY)
     return {
         "backlog": report,
         "oldest_pending": age_text(report["oldest_pending_age_seconds"]),
@@ -248,7 +248,7 @@ def backlog_partial(request: HttpRequest) -> HttpResponse:
 
 
 def _reviews_context(request: HttpRequest) -> dict[str, Any]:
-    return {"reviews": health.read_review_queue(actor=_actor(request), limit=REVIEW_LIMIT)}
+    return {"reviews": services.read_review_queue(actor=_actor(request), limit=REVIEW_LIMIT)}
 
 
 @operator_required
