@@ -112,9 +112,14 @@ def revoke_api_token(*, name: str, actor: str) -> ApiToken:
 def create_operator(*, username: str, password: str, actor: str) -> Any:
     """A staff login for operators (Django admin and the operator pages)."""
     user_model = get_user_model()
+    taken = Conflict(f"user {username!r} already exists", field="username")
     if user_model.objects.filter(username=username).exists():
-        raise Conflict(f"user {username!r} already exists", field="username")
-    user = user_model.objects.create_superuser(username=username, password=password)
+        raise taken
+    try:
+        with transaction.atomic():  # a savepoint: the unique username decides concurrent creations
+            user = user_model.objects.create_superuser(username=username, password=password)
+    except IntegrityError:
+        raise taken from None
     record(Action.OPERATOR_CREATED, actor=actor, target=("auth.user", user.pk))
     return user
 
