@@ -28,6 +28,8 @@ class Action(StrEnum):
     PATHWAY_MATCH_REQUESTED = "reasoning.pathway.match_requested"
     PATHWAY_MATCHED = "reasoning.pathway.matched"
     PATHWAY_DEMOTED = "reasoning.pathway.demoted"
+    # One batch of the embedding backfill written (model and counts only)
+    PATHWAY_EMBEDDINGS_STORED = "reasoning.pathway.embeddings_stored"
     ADMIN_PATHWAY_STATS_READ = "admin.reasoning.pathway.stats_read"
     ADMIN_PATHWAY_MATCH_PROXY = "admin.reasoning.pathway.match.proxy"
     ADMIN_PATHWAY_HIT_PROXY = "admin.reasoning.pathway.hit.proxy"
@@ -70,7 +72,8 @@ class Action(StrEnum):
     PATIENT_CONSENT_CHANGED = "patient.reasoning_read_consent.changed"
     FIELD_ENCRYPTION_ROTATED = "admin.field_encryption.rotated"
 
-    # Raw chain-of-thought retention
+    # Raw chain-of-thought retention: one event per purged batch (counts only), inside the job's run
+    REASONING_CONTENT_PURGED = "reasoning.step.reasoning_content_purged"
     JOB_REASONING_CONTENT_RETENTION_STARTED = "memory.job.reasoning_content_retention.started"
     JOB_REASONING_CONTENT_RETENTION_COMPLETED = "memory.job.reasoning_content_retention.completed"
     JOB_REASONING_CONTENT_RETENTION_ERROR = "memory.job.reasoning_content_retention.error"

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from audit.actions import Action
-from audit.services import record
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit, parse_uuid
 from pathways import services
 from pathways.matcher import Candidate
-from pathways.stats import pathway_stats
 from reasoning.auth import IsAdmin
 
 MAX_MATCH_LIMIT = 50
@@ -99,11 +95,4 @@ class PathwayStatsView(ApiView):
         responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
     )
     def get(self, request: Request) -> Response:
-        stats = pathway_stats()
-        with transaction.atomic():
-            record(
-                Action.ADMIN_PATHWAY_STATS_READ,
-                actor=actor_for(request),
-                payload={"total": stats["total"], "active": stats["active"]},
-            )
-        return Response(stats)
+        return Response(services.read_stats(actor=actor_for(request)))

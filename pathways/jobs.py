@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 
-from audit.actions import Action
-from audit.services import job_run, record
+from audit.services import job_run
 from pathways.embeddings import EmbeddingClient, build_embedding_client, pathway_text
 from pathways.models import Pathway
+from pathways.services import demote_batch, store_embeddings
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +28,9 @@ def decay_pathways(now: datetime | None = None) -> dict[str, int]:
     """Demote cold and stale pathways, non-destructively (``demoted_at`` + reason).
 
     cold: never reused and older than PATHWAY_COLD_DAYS (30); stale: last reused more
-    than PATHWAY_STALE_DAYS (90) ago. One ``reasoning.pathway.demoted`` audit per row
-    (counts and labels only). Idempotent: demoted rows are not touched again.
+    than PATHWAY_STALE_DAYS (90) ago. Batches of 500, each demoted by
+    ``services.demote_batch`` in its own transaction, with one ``reasoning.pathway.demoted``
+    audit per row (counts and labels only). Idempotent: demoted rows are not touched again.
     """
     now = now or timezone.now()
     rules = [
@@ -44,37 +42,16 @@ def decay_pathways(now: datetime | None = None) -> dict[str, int]:
         counts.update({str(reason): 0 for reason, _ in rules})
         for reason, candidates in rules:
             while ids := list(candidates.values_list("pk", flat=True)[:500]):
-                counts[str(reason)] += _demote(candidates, ids, reason, now)
+                counts[str(reason)] += demote_batch(candidates, ids, reason, now, actor=DECAY_ACTOR)
     return counts
-
-
-@transaction.atomic
-def _demote(rule: QuerySet[Pathway], ids: Sequence[object], reason: str, now: datetime) -> int:
-    # Lock the rows and re-check the rule: a pathway reused (or demoted) by someone else
-    # since it was picked waits for that commit, then drops out here.
-    rows = list(rule.filter(pk__in=ids).select_for_update().values("pk", "hit_count", "created_at", "trigger_type"))
-    Pathway.objects.filter(pk__in=[row["pk"] for row in rows]).update(demoted_at=now, demotion_reason=reason)
-    for row in rows:
-        record(
-            Action.PATHWAY_DEMOTED,
-            actor=DECAY_ACTOR,
-            target=("pathways.pathway", row["pk"]),
-            payload={
-                "pathway_id": str(row["pk"]),
-                "reason": reason,
-                "hit_count": row["hit_count"],
-                "age_days": (now - row["created_at"]).days,
-                "trigger_type": row["trigger_type"],
-            },
-        )
-    return len(rows)
 
 
 def backfill_embeddings(client: EmbeddingClient | None = None, *, batch_size: int = 100) -> int:
     """Embed active pathways that have no vector or one from another model; idempotent.
 
     The embedding call (possibly a vendor HTTP request) runs outside any transaction;
-    each batch is then written in one short transaction. Returns the number embedded.
+    each batch is then written in one short transaction with its audit event
+    (``services.store_embeddings``). Returns the number embedded.
     """
     client = client or build_embedding_client()
     with job_run("pathway_embedding_backfill", actor=BACKFILL_ACTOR, payload={"model": client.model_name}) as counts:
@@ -85,10 +62,11 @@ def backfill_embeddings(client: EmbeddingClient | None = None, *, batch_size: in
             .values_list("pk", "trigger_type", "trigger_ref")[:batch_size]
         ):
             vectors = client.embed([pathway_text(kind, ref) for _, kind, ref in batch])
-            with transaction.atomic():
-                for (pk, _, _), vector in zip(batch, vectors, strict=True):
-                    Pathway.objects.filter(pk=pk).update(embedding=vector, embedding_model=client.model_name)
-            counts["embedded"] += len(batch)
+            counts["embedded"] += store_embeddings(
+                [(pk, vector) for (pk, _, _), vector in zip(batch, vectors, strict=True)],
+                model_name=client.model_name,
+                actor=BACKFILL_ACTOR,
+            )
     embedded: int = counts["embedded"]
     logger.info("pathway embedding backfill: %d embedded with %s", embedded, client.model_name)
     return embedded

@@ -52,13 +52,21 @@ MATURE_ACTIVE = 5
 MATURE_HIT_COUNT = 3
 
 
-def maturity(active: int, high_hit: int) -> str:
+class Maturity(models.TextChoices):
+    """How well the library covers a trigger family (a family property, not a column)."""
+
+    MATURE = "mature"
+    GROWING = "growing"
+    SPARSE = "sparse"
+
+
+def maturity(active: int, high_hit: int) -> Maturity:
     """mature: >= 5 active and >= 1 reused 3+ times; growing: >= 1 active; sparse: none active."""
     if active >= MATURE_ACTIVE and high_hit >= 1:
-        return "mature"
+        return Maturity.MATURE
     if active >= 1:
-        return "growing"
-    return "sparse"
+        return Maturity.GROWING
+    return Maturity.SPARSE
 
 
 class Pathway(models.Model):
@@ -120,10 +128,11 @@ class Pathway(models.Model):
                 name="pathways_pathway_type_hits",
                 condition=Q(demoted_at__isnull=True),
             ),
-            # The decay job: cold (never hit, by age) and stale (by last hit) candidates.
+            # The decay job's cold rule: active pathways never hit, by age.
             models.Index(
                 fields=["created_at"], name="pathways_pathway_cold", condition=Q(demoted_at__isnull=True, hit_count=0)
             ),
+            # The decay job's stale rule: active pathways by last hit.
             models.Index(fields=["last_hit_at"], name="pathways_pathway_stale", condition=Q(demoted_at__isnull=True)),
         ]
 

@@ -18,13 +18,13 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from pathways.models import MATURE_ACTIVE, MATURE_HIT_COUNT, Pathway, maturity
+from pathways.models import MATURE_ACTIVE, MATURE_HIT_COUNT, Maturity, Pathway, maturity
 from reasoning.dimensions import LOW_CONFIDENCE, DimensionInputs, radar
 from reasoning.models import ReasoningFlow
 from reasoning.radar import VERDICT_KIND, LibraryFacts, evidence_hits_of, verdicts_of
 
 
-def family_maturity(trigger_types: Sequence[str]) -> dict[str, str]:
+def family_maturity(trigger_types: Sequence[str]) -> dict[str, Maturity]:
     """Maturity of each trigger family, in one query whose probes stop early: it counts at
     most MATURE_ACTIVE active pathways and asks whether one was reused MATURE_HIT_COUNT
     times (both walk the (trigger_type, -hit_count) index of active pathways), so a
@@ -79,7 +79,7 @@ def library_facts(flow: ReasoningFlow) -> LibraryFacts:
     """The flow's trigger family's maturity and the pathway it seeded, if any."""
     seeded = Pathway.objects.filter(seed_flow_id=flow.pk).values("hit_count", "demoted_at").first()
     return LibraryFacts(
-        family_maturity=family_maturity([flow.trigger_type]).get(flow.trigger_type, "sparse"),
+        family_maturity=family_maturity([flow.trigger_type]).get(flow.trigger_type, Maturity.SPARSE),
         hit_count=seeded["hit_count"] if seeded else 0,
         demoted=bool(seeded and seeded["demoted_at"]),
     )
@@ -115,7 +115,7 @@ def candidate_radars(pathways: Sequence[Pathway], *, now: datetime | None = None
                     evidence_hits=evidence_hits_of(row["outcome_metrics"]),
                     distinct_step_kinds=len(set(p.step_kinds)),
                     hit_count=p.hit_count,
-                    family_maturity=families.get(p.trigger_type, "sparse"),
+                    family_maturity=families.get(p.trigger_type, Maturity.SPARSE),
                     age_days=max(0.0, (now - last_used).total_seconds() / 86400),
                     verdicts=verdicts_of((agent, {"verdict": label}) for agent, label in row["verdicts"]),
                     aborted_siblings=row["aborted"],

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from audit.actions import Action
@@ -16,6 +18,7 @@ from core.errors import Conflict, NotFound
 from pathways.matcher import Candidate, active_client, check_query, match
 from pathways.models import Pathway
 from pathways.radar import candidate_radars
+from pathways.stats import library_overview, pathway_stats
 from reasoning.models import ReasoningFlow, ReasoningStep
 
 logger = logging.getLogger(__name__)
@@ -127,3 +130,73 @@ def ranked_candidates(
             },
         )
     return list(zip(found, radars, strict=True))
+
+
+def read_stats(*, actor: str, embedding_model: str | None = None) -> dict[str, Any]:
+    """Library statistics for an operator, audited with counts only (never refs).
+
+    Without ``embedding_model``: ``pathway_stats()``, the API's published shape, audited
+    as ``admin.reasoning.pathway.stats_read`` (total, active). With it: the library page's
+    ``library_overview(embedding_model)``, audited as ``admin.reasoning.pathway.stats_read.proxy``
+    (also embedded, demoted and needing_embedding).
+    """
+    if embedding_model is None:
+        stats = pathway_stats()
+        action = Action.ADMIN_PATHWAY_STATS_READ
+        payload = {"total": stats["total"], "active": stats["active"]}
+    else:
+        stats = library_overview(embedding_model)
+        action = Action.ADMIN_PATHWAY_STATS_READ_PROXY
+        payload = {
+            "total": stats["total"],
+            "active": stats["active"],
+            "embedded": stats["embedded"],
+            "demoted": stats["demoted"]["total"],
+            "needing_embedding": stats["needing_embedding"],
+        }
+    with transaction.atomic():
+        record(action, actor=actor, payload=payload)
+    return stats
+
+
+@transaction.atomic
+def demote_batch(rule: QuerySet[Pathway], ids: Sequence[object], reason: str, now: datetime, *, actor: str) -> int:
+    """Demote the pathways among ``ids`` that still match ``rule`` (a decay rule's queryset),
+    with ``reason``; one ``reasoning.pathway.demoted`` per row (counts and labels only).
+
+    The rows are locked and the rule re-checked: a pathway reused (or demoted) by someone
+    else since it was picked waits for that commit, then drops out here. Returns the
+    number demoted.
+    """
+    rows = list(rule.filter(pk__in=ids).select_for_update().values("pk", "hit_count", "created_at", "trigger_type"))
+    Pathway.objects.filter(pk__in=[row["pk"] for row in rows]).update(demoted_at=now, demotion_reason=reason)
+    for row in rows:
+        record(
+            Action.PATHWAY_DEMOTED,
+            actor=actor,
+            target=("pathways.pathway", row["pk"]),
+            payload={
+                "pathway_id": str(row["pk"]),
+                "reason": reason,
+                "hit_count": row["hit_count"],
+                "age_days": (now - row["created_at"]).days,
+                "trigger_type": row["trigger_type"],
+            },
+        )
+    return len(rows)
+
+
+@transaction.atomic
+def store_embeddings(vectors: Sequence[tuple[uuid.UUID, Sequence[float]]], *, model_name: str, actor: str) -> int:
+    """Write one batch of ``(pathway id, vector)`` pairs computed with ``model_name``, and
+    audit it as ``reasoning.pathway.embeddings_stored`` with the counts. The vectors are
+    computed by the caller, outside any transaction. Returns the number of rows written."""
+    written = 0
+    for pk, vector in vectors:
+        written += Pathway.objects.filter(pk=pk).update(embedding=vector, embedding_model=model_name)
+    record(
+        Action.PATHWAY_EMBEDDINGS_STORED,
+        actor=actor,
+        payload={"model": model_name, "batch": len(vectors), "embedded": written},
+    )
+    return written

@@ -6,18 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
-from audit.actions import Action
-from audit.services import record
 from core.access import operator_required
 from core.actors import actor_for
 from pathways.models import MATURE_ACTIVE, MATURE_HIT_COUNT, Pathway
-from pathways.services import MIN_CONFIDENCE
-from pathways.stats import library_overview
+from pathways.services import MIN_CONFIDENCE, read_stats
 
 
 @dataclass(frozen=True)
@@ -63,20 +59,8 @@ def pathway_library_page(request: HttpRequest) -> HttpResponse:
     """Library health for operators: totals, embedding models and the backfill, demotions,
     the most reused pathways and maturity per trigger type. Audited as a proxied stats read."""
     configured = settings.PATHWAY_EMBEDDING_MODEL
-    stats = library_overview(configured)
-    with transaction.atomic():
-        # Counts only: the page shows refs to the operator, the audit trail does not keep them.
-        record(
-            Action.ADMIN_PATHWAY_STATS_READ_PROXY,
-            actor=actor_for(request),
-            payload={
-                "total": stats["total"],
-                "active": stats["active"],
-                "embedded": stats["embedded"],
-                "demoted": stats["demoted"]["total"],
-                "needing_embedding": stats["needing_embedding"],
-            },
-        )
+    # Counts only: the page shows refs to the operator, the audit trail does not keep them.
+    stats = read_stats(actor=actor_for(request), embedding_model=configured)
     context: dict[str, Any] = {
         "stats": stats,
         "configured_model": configured,

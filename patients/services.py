@@ -6,7 +6,7 @@ import uuid
 from datetime import date
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit.actions import Action
@@ -32,9 +32,14 @@ def create_patient(
     user_model = get_user_model()
     if not username or not password:
         raise InvalidInput("username and password are required", field="username")
+    taken = Conflict(f"user {username!r} already exists", field="username")
     if user_model.objects.filter(username=username).exists():
-        raise Conflict(f"user {username!r} already exists", field="username")
-    user = user_model.objects.create_user(username=username, password=password)
+        raise taken
+    try:
+        with transaction.atomic():  # a savepoint: the unique username decides concurrent creations
+            user = user_model.objects.create_user(username=username, password=password)
+    except IntegrityError:
+        raise taken from None
     patient = Patient.objects.create(
         user=user,
         name=name,

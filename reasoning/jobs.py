@@ -14,7 +14,7 @@ from django.utils import timezone
 from audit.services import job_run
 from core.errors import Conflict
 from reasoning.models import ReasoningFlow, ReasoningStep
-from reasoning.services import close_flow
+from reasoning.services import close_flow, purge_reasoning_batch
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,8 @@ def purge_reasoning_content(now: datetime | None = None, *, batch_size: int = 10
 
     The character count stays (stats keep working) and ``reasoning_content_purged_at``
     records when the text went. Batches of ``batch_size`` rows, each its own transaction
-    with its own audit count, so a large backlog never holds locks for long.
+    with its own audit event (``services.purge_reasoning_batch``), so a large backlog
+    never holds locks for long.
     Returns the number of steps purged.
     """
     now = now or timezone.now()
@@ -75,13 +76,10 @@ def purge_reasoning_content(now: datetime | None = None, *, batch_size: int = 10
     cutoff = now - timedelta(days=days)
     with job_run("reasoning_content_retention", actor=RETENTION_ACTOR, payload={"retention_days": days}) as counts:
         counts["purged"] = 0
-        while ids := list(
-            ReasoningStep.objects.filter(reasoning_content__isnull=False, created_at__lt=cutoff)
-            .order_by("created_at")
-            .values_list("pk", flat=True)[:batch_size]
-        ):
-            counts["purged"] += ReasoningStep.objects.filter(pk__in=ids).update(
-                reasoning_content=None, reasoning_content_purged_at=now
+        candidates = ReasoningStep.objects.holding_reasoning(cutoff).order_by("created_at")
+        while ids := list(candidates.values_list("pk", flat=True)[:batch_size]):
+            counts["purged"] += purge_reasoning_batch(
+                ids, created_before=cutoff, now=now, actor=RETENTION_ACTOR, retention_days=days
             )
     purged = counts["purged"]
     logger.info("reasoning content retention: purged %d step(s) older than %d days", purged, days)

@@ -24,13 +24,24 @@ class FlowQuerySet(models.QuerySet["ReasoningFlow"]):
         return self.active().filter(created_at__lt=older_than)
 
 
+class StepQuerySet(models.QuerySet["ReasoningStep"]):
+    def holding_reasoning(self, created_before: datetime) -> StepQuerySet:
+        """Steps still holding raw reasoning, written before ``created_before``: the retention job's candidates."""
+        return self.filter(reasoning_content__isnull=False, created_at__lt=created_before)
+
+
+# Defined at module level so ReasoningFlow's Meta (an index condition) can name the
+# members; reach them as ReasoningFlow.State.
+class FlowState(models.TextChoices):
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+
+
 class ReasoningFlow(models.Model):
     """One rooted reasoning tree. Metadata only: no PHI lives on a flow."""
 
-    class State(models.TextChoices):
-        ACTIVE = "active"
-        COMPLETED = "completed"
-        ABORTED = "aborted"
+    State = FlowState
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     trigger_type = models.CharField(max_length=100)
@@ -60,7 +71,8 @@ class ReasoningFlow(models.Model):
     # step summary passed. summary_guard_rule names the first rule that fired (never text).
     patient_safe_summary = models.BooleanField(null=True, blank=True)
     summary_guard_rule = models.CharField(max_length=64, blank=True, default="")
-    # sha256 of the create request, for idempotent retries with a client-chosen id.
+    # HMAC-SHA256 (Django's salted_hmac, key derived from SECRET_KEY) of the canonical JSON
+    # of the validated create request, hex: replays with a client-chosen id must match it.
     request_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
     closed_at = models.DateTimeField(null=True, blank=True)
@@ -86,7 +98,7 @@ class ReasoningFlow(models.Model):
             models.Index(
                 fields=["trigger_type", "trigger_ref"],
                 name="reasoning_flow_aborted_trigger",
-                condition=Q(flow_state="aborted"),
+                condition=Q(flow_state=FlowState.ABORTED),
             ),
         ]
 
@@ -101,18 +113,6 @@ class ReasoningFlow(models.Model):
 class ReasoningStep(models.Model):
     """One step of a flow. ``summary_text`` describes the step, not the patient's data."""
 
-    class Kind(models.TextChoices):
-        RETRIEVAL = "retrieval"
-        LLM_PROMPT = "llm_prompt"
-        VERDICT = "verdict"
-        GRAPH_WALK = "graph_walk"
-        AGGREGATION = "aggregation"
-        EVIDENCE_ASSEMBLY = "evidence_assembly"
-        SUMMARY = "summary"
-        PROVENANCE_CHECK = "provenance_check"
-        TOOL_CALL = "tool_call"
-        DECISION = "decision"
-
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     flow = models.ForeignKey(ReasoningFlow, on_delete=models.PROTECT, related_name="steps", db_index=False)
     # 1-based order of arrival within the flow, assigned under the flow's row lock.
@@ -122,6 +122,7 @@ class ReasoningStep(models.Model):
     )
     # Further parents of a step that merges branches; all in the same flow, all earlier.
     extra_parent_ids = ArrayField(models.UUIDField(), default=list, blank=True)
+    # A free label chosen by the agent ("retrieval", "llm_prompt", ...), validated as a label.
     kind = models.CharField(max_length=64)
     agent = models.CharField(max_length=100)
     summary_text = models.CharField(max_length=280)
@@ -145,14 +146,18 @@ class ReasoningStep(models.Model):
     reasoning_content = EncryptedTextField(null=True, blank=True)
     reasoning_content_chars = models.PositiveIntegerField(null=True, blank=True)
     reasoning_content_purged_at = models.DateTimeField(null=True, blank=True)
+    # The same keyed fingerprint as ReasoningFlow.request_hash, of the step's create request.
     request_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = StepQuerySet.as_manager()
 
     class Meta:
         db_table = "reasoning_step"
         constraints = [
             # Also the index that serves "the steps of a flow, in order".
             models.UniqueConstraint(fields=["flow", "position"], name="reasoning_step_flow_position"),
+            # A confidence, when given, is a probability.
             models.CheckConstraint(
                 condition=Q(confidence__isnull=True) | Q(confidence__gte=0, confidence__lte=1),
                 name="reasoning_step_confidence_range",

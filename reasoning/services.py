@@ -112,9 +112,14 @@ def revoke_api_token(*, name: str, actor: str) -> ApiToken:
 def create_operator(*, username: str, password: str, actor: str) -> Any:
     """A staff login for operators (Django admin and the operator pages)."""
     user_model = get_user_model()
+    taken = Conflict(f"user {username!r} already exists", field="username")
     if user_model.objects.filter(username=username).exists():
-        raise Conflict(f"user {username!r} already exists", field="username")
-    user = user_model.objects.create_superuser(username=username, password=password)
+        raise taken
+    try:
+        with transaction.atomic():  # a savepoint: the unique username decides concurrent creations
+            user = user_model.objects.create_superuser(username=username, password=password)
+    except IntegrityError:
+        raise taken from None
     record(Action.OPERATOR_CREATED, actor=actor, target=("auth.user", user.pk))
     return user
 
@@ -538,3 +543,30 @@ def read_flow_page_for_admin(
     )
     record(Action.ADMIN_FLOW_READ, actor=actor, target=flow, payload={"step_count": len(steps), "page": page})
     return FlowStepsPage(flow=flow, steps=steps, page=page, page_count=page_count, per_page=per_page)
+
+
+# --- Raw reasoning retention ---------------------------------------------------------
+
+
+@transaction.atomic
+def purge_reasoning_batch(
+    step_ids: Sequence[uuid.UUID], *, created_before: datetime, now: datetime, actor: str, retention_days: int
+) -> int:
+    """Drop the raw reasoning of the given steps that still hold some written before
+    ``created_before``; keep the character count, stamp ``reasoning_content_purged_at``.
+
+    The UPDATE re-checks the rule, so a row purged meanwhile is not counted twice. Audits
+    ``reasoning.step.reasoning_content_purged`` with the batch's counts, in the same
+    transaction. Returns the number of steps purged.
+    """
+    purged = (
+        ReasoningStep.objects.holding_reasoning(created_before)
+        .filter(pk__in=step_ids)
+        .update(reasoning_content=None, reasoning_content_purged_at=now)
+    )
+    record(
+        Action.REASONING_CONTENT_PURGED,
+        actor=actor,
+        payload={"picked": len(step_ids), "purged": purged, "retention_days": retention_days},
+    )
+    return purged

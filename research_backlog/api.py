@@ -22,7 +22,7 @@ from core.serializers import (
 )
 from reasoning.auth import IsAdmin
 from reasoning.models import ReasoningFlow
-from research_backlog import health, services
+from research_backlog import services
 from research_backlog.serializers import (
     CompleteSerializer,
     DeeperRequestSerializer,
@@ -126,7 +126,7 @@ class BacklogStatusView(ApiView):
         responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERRORS},
     )
     def get(self, request: Request) -> Response:
-        return Response(health.read_backlog_status(actor=actor_for(request)))
+        return Response(services.read_backlog_status(actor=actor_for(request)))
 
 
 class ClaimReviewCollectionView(ApiView):
@@ -143,7 +143,7 @@ class ClaimReviewCollectionView(ApiView):
     )
     def get(self, request: Request) -> Response:
         limit = parse_limit(request.query_params.get("limit"), default=100, maximum=MAX_PENDING_LIST)
-        queue = health.read_review_queue(actor=actor_for(request), limit=limit)
+        queue = services.read_review_queue(actor=actor_for(request), limit=limit)
         return Response(
             {
                 "pending": [review_representation(entry) for entry in queue["pending"]],

@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import models
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from audit.actions import Action
-from audit.services import record
 from research_backlog.models import ClaimReview, ResearchRequest
 
 CRITICAL_DISPATCHED_AGE = timedelta(minutes=25)
@@ -30,9 +28,15 @@ RECENT_WINDOW = timedelta(hours=24)
 RECENT_LIMIT = 10
 
 
+class Verdict(models.TextChoices):
+    HEALTHY = "healthy"
+    WARN = "warn"
+    CRITICAL = "critical"
+
+
 @dataclass(frozen=True)
 class LoopHealth:
-    verdict: str
+    verdict: Verdict
     reasons: list[str]
 
 
@@ -51,10 +55,10 @@ def loop_health(
     if recent_failures >= WARN_RECENT_FAILURES:
         warn.append("recent_failures_at_least_5")
     if critical:
-        return LoopHealth("critical", critical + warn)
+        return LoopHealth(Verdict.CRITICAL, critical + warn)
     if warn:
-        return LoopHealth("warn", warn)
-    return LoopHealth("healthy", [])
+        return LoopHealth(Verdict.WARN, warn)
+    return LoopHealth(Verdict.HEALTHY, [])
 
 
 def _seconds(age: timedelta | None) -> float | None:
@@ -112,25 +116,3 @@ def claims_pending_review(now: datetime | None = None, *, limit: int = 100) -> d
         .order_by("-resolved_at")[:RECENT_LIMIT]
     )
     return {"pending": list(pending[:limit]), "pending_count": pending.count(), "recent_resolutions": list(recent)}
-
-
-def read_backlog_status(*, actor: str, action: Action = Action.ADMIN_RESEARCH_BACKLOG_READ) -> dict[str, Any]:
-    """``backlog_status`` for an operator, audited (the total and the verdict only). The
-    API audits ``admin.reasoning.research.backlog_read``; the console its ``.proxy``."""
-    report = backlog_status()
-    with transaction.atomic():
-        record(action, actor=actor, payload={"total": report["total"], "loop_health": report["loop_health"]["verdict"]})
-    return report
-
-
-def read_review_queue(*, actor: str, limit: int = 100) -> dict[str, Any]:
-    """``claims_pending_review`` for a curator, audited as
-    ``admin.reasoning.claims_pending_review.listed`` (counts only)."""
-    queue = claims_pending_review(limit=limit)
-    with transaction.atomic():
-        record(
-            Action.ADMIN_CLAIM_REVIEW_LISTED,
-            actor=actor,
-            payload={"pending_count": queue["pending_count"], "recent_count": len(queue["recent_resolutions"])},
-        )
-    return queue

@@ -1,35 +1,43 @@
 """Scheduled work of the self-improvement loop (schedules created by ``setup_schedules``).
 
-- stale sweep, every 5 minutes: ``services.sweep_stale``;
-- TTL purge, daily: ``services.purge_expired``;
+- stale sweep, every 5 minutes: ``sweep_stale``;
+- TTL purge, daily: ``purge_expired``;
 - consumer, every minute, scheduled only when BACKLOG_CONSUMER_ENABLED: ``consume``.
+
+Each batch's writes are a service (``services.sweep_batch``, ``services.purge_batch``).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from audit.services import job_run
 from core.errors import Conflict, InvalidInput
 from research_backlog import services
 from research_backlog.dispatcher import Dispatcher, DispatchResult, build_dispatcher
+from research_backlog.models import ResearchRequest
 
 logger = logging.getLogger(__name__)
 
+SWEEP_ACTOR = "system:backlog_stale_sweep"
+PURGE_ACTOR = "system:backlog_ttl_purge"
 CONSUMER_ACTOR = "system:backlog_consumer"
+SWEEP_BATCH = 500
 
 SCHEDULES: list[dict[str, Any]] = [
     {
         "name": "research_backlog.stale_sweep",
-        "func": "research_backlog.services.sweep_stale",
+        "func": "research_backlog.jobs.sweep_stale",
         "schedule_type": "I",
         "minutes": 5,
     },
-    {"name": "research_backlog.ttl_purge", "func": "research_backlog.services.purge_expired", "schedule_type": "D"},
+    {"name": "research_backlog.ttl_purge", "func": "research_backlog.jobs.purge_expired", "schedule_type": "D"},
     {
         "name": "research_backlog.consumer",
         "func": "research_backlog.jobs.consume_if_enabled",
@@ -39,6 +47,46 @@ SCHEDULES: list[dict[str, Any]] = [
         "enabled": settings.BACKLOG_CONSUMER_ENABLED,
     },
 ]
+
+
+def sweep_stale(now: datetime | None = None) -> dict[str, int]:
+    """Take back requests dispatched more than BACKLOG_STALE_MINUTES ago.
+
+    A row with fewer than BACKLOG_MAX_RETRIES retries goes back to ``pending`` with
+    ``retry_count + 1`` (``.recovered``); a row already at the cap becomes
+    ``failed_after_retries`` (``.failed_after_retries``). Rows locked by a concurrent
+    completion are left to it. Batches of 500 (``services.sweep_batch``), each its own
+    transaction. The run is audited as ``memory.job.backlog_stale_sweep``.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(minutes=settings.BACKLOG_STALE_MINUTES)
+    thresholds = {"stale_minutes": settings.BACKLOG_STALE_MINUTES, "max_retries": settings.BACKLOG_MAX_RETRIES}
+    with job_run("backlog_stale_sweep", actor=SWEEP_ACTOR, payload=thresholds) as counts:
+        counts.update(recovered=0, failed_after_retries=0)
+        stale_ids = list(ResearchRequest.objects.stale(cutoff).order_by("dispatched_at").values_list("pk", flat=True))
+        for start in range(0, len(stale_ids), SWEEP_BATCH):
+            recovered, failed = services.sweep_batch(
+                stale_ids[start : start + SWEEP_BATCH], cutoff, now, actor=SWEEP_ACTOR
+            )
+            counts["recovered"] += recovered
+            counts["failed_after_retries"] += failed
+    return counts
+
+
+def purge_expired(now: datetime | None = None, *, batch_size: int = 1000) -> dict[str, int]:
+    """Delete completed and failed requests BACKLOG_TTL_DAYS after ``completed_at``.
+
+    Pending and dispatched rows are never purged. The audit trail keeps every request's
+    history; the run is audited as ``memory.job.backlog_ttl_purge`` with the count.
+    Batches of ``batch_size`` (``services.purge_batch``), each its own transaction.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=settings.BACKLOG_TTL_DAYS)
+    with job_run("backlog_ttl_purge", actor=PURGE_ACTOR, payload={"ttl_days": settings.BACKLOG_TTL_DAYS}) as counts:
+        counts["deleted"] = 0
+        while ids := list(ResearchRequest.objects.expired(cutoff).values_list("pk", flat=True)[:batch_size]):
+            counts["deleted"] += services.purge_batch(ids, cutoff)
+    return counts
 
 
 def consume_if_enabled() -> dict[str, Any] | None:

@@ -40,6 +40,22 @@ class ResearchRequestQuerySet(models.QuerySet["ResearchRequest"]):
         return self.terminal().filter(completed_at__lt=completed_before)
 
 
+# Defined at module level so the models' Meta (index conditions) can name the members;
+# reach them as ResearchRequest.Status and ClaimReview.Status.
+class ResearchRequestStatus(models.TextChoices):
+    PENDING = "pending"
+    DISPATCHED = "dispatched"
+    COMPLETED = "completed"
+    FAILED_VOLUNTARY = "failed_voluntary"
+    FAILED_AFTER_RETRIES = "failed_after_retries"
+
+
+class ClaimReviewStatus(models.TextChoices):
+    PENDING = "pending"
+    RESOLVED = "resolved"
+    DISMISSED = "dismissed"
+
+
 class ResearchRequest(models.Model):
     class Reason(models.TextChoices):
         NO_EVIDENCE_HITS = "no_evidence_hits"
@@ -47,12 +63,7 @@ class ResearchRequest(models.Model):
         CLAIM_REJECTED = "claim_rejected"
         OPERATOR_REQUESTED = "operator_requested"
 
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        DISPATCHED = "dispatched"
-        COMPLETED = "completed"
-        FAILED_VOLUNTARY = "failed_voluntary"
-        FAILED_AFTER_RETRIES = "failed_after_retries"
+    Status = ResearchRequestStatus
 
     FAILED = (Status.FAILED_VOLUNTARY, Status.FAILED_AFTER_RETRIES)
     TERMINAL = (Status.COMPLETED, *FAILED)
@@ -88,22 +99,35 @@ class ResearchRequest(models.Model):
         db_table = "research_request"
         ordering = ["created_at"]
         indexes = [
-            # The FIFO pull, with and without a trigger_type filter.
-            models.Index(fields=["created_at"], name="research_pending_fifo", condition=Q(status="pending")),
+            # The FIFO pull (pull_next without a trigger_type) and the oldest-pending age.
             models.Index(
-                fields=["trigger_type", "created_at"], name="research_pending_type_fifo", condition=Q(status="pending")
+                fields=["created_at"],
+                name="research_request_pending_fifo",
+                condition=Q(status=ResearchRequestStatus.PENDING),
             ),
-            # The stale sweep and the oldest-dispatched age.
-            models.Index(fields=["dispatched_at"], name="research_dispatched_at", condition=Q(status="dispatched")),
-            # The TTL purge and the recent failures.
-            models.Index(fields=["status", "completed_at"], name="research_status_completed"),
+            # The FIFO pull of one trigger type (pull_next with trigger_type).
+            models.Index(
+                fields=["trigger_type", "created_at"],
+                name="research_request_type_fifo",
+                condition=Q(status=ResearchRequestStatus.PENDING),
+            ),
+            # The stale sweep (dispatched before the cut-off) and the oldest-dispatched age.
+            models.Index(
+                fields=["dispatched_at"],
+                name="research_request_dispatched",
+                condition=Q(status=ResearchRequestStatus.DISPATCHED),
+            ),
+            # The TTL purge (terminal rows by completed_at) and the recent failures.
+            models.Index(fields=["status", "completed_at"], name="research_request_completed"),
         ]
         constraints = [
+            # One request per source flow: a repeated close signal cannot enqueue twice.
             models.UniqueConstraint(
                 fields=["source_flow"], name="research_request_source_flow", condition=Q(source_flow__isnull=False)
             ),
+            # Every row past pending has been dispatched, so it has a dispatch time.
             models.CheckConstraint(
-                condition=Q(status="pending") | Q(dispatched_at__isnull=False),
+                condition=Q(status=ResearchRequestStatus.PENDING) | Q(dispatched_at__isnull=False),
                 name="research_request_dispatched_at",
             ),
         ]
@@ -115,10 +139,7 @@ class ResearchRequest(models.Model):
 class ClaimReview(models.Model):
     """A claim the Critic rejected, waiting for a curator to resolve or dismiss it."""
 
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        RESOLVED = "resolved"
-        DISMISSED = "dismissed"
+    Status = ClaimReviewStatus
 
     TERMINAL = (Status.RESOLVED, Status.DISMISSED)
 
@@ -141,8 +162,18 @@ class ClaimReview(models.Model):
         db_table = "claim_review"
         ordering = ["created_at"]
         indexes = [
-            models.Index(fields=["created_at"], name="claim_review_pending", condition=Q(status="pending")),
-            models.Index(fields=["resolved_at"], name="claim_review_resolved_at", condition=~Q(status="pending")),
+            # The review queue: pending entries, oldest first.
+            models.Index(
+                fields=["created_at"],
+                name="research_claim_review_pending",
+                condition=Q(status=ClaimReviewStatus.PENDING),
+            ),
+            # The review queue's recent resolutions: terminal entries, newest resolved first.
+            models.Index(
+                fields=["resolved_at"],
+                name="research_claim_review_resolved",
+                condition=~Q(status=ClaimReviewStatus.PENDING),
+            ),
         ]
 
     def __str__(self) -> str:

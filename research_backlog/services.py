@@ -1,4 +1,4 @@
-"""State changes of the research backlog and the claim-review queue.
+"""State changes of the research backlog and the claim-review queue, and their audited reads.
 
 Each function runs in one transaction with its audit event. Audit payloads carry ids,
 labels and counts: never the question or a curator's note.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -23,16 +23,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.actions import Action
-from audit.services import job_run, record
+from audit.services import record
 from core.errors import Conflict, InvalidInput, NotFound
 from reasoning.models import ReasoningFlow
+from research_backlog import health
 from research_backlog.models import ClaimReview, ResearchRequest
 
 logger = logging.getLogger(__name__)
 
 Status = ResearchRequest.Status
-SWEEP_ACTOR = "system:backlog_stale_sweep"
-PURGE_ACTOR = "system:backlog_ttl_purge"
 CONSOLE_SOURCE = "research_console"
 
 
@@ -170,30 +169,16 @@ def complete(
     return row
 
 
-def sweep_stale(now: datetime | None = None) -> dict[str, int]:
-    """Take back requests dispatched more than BACKLOG_STALE_MINUTES ago.
-
-    A row with fewer than BACKLOG_MAX_RETRIES retries goes back to ``pending`` with
-    ``retry_count + 1`` (``.recovered``); a row already at the cap becomes
-    ``failed_after_retries`` (``.failed_after_retries``). Rows locked by a concurrent
-    completion are left to it. The run is audited as ``memory.job.backlog_stale_sweep``.
-    """
-    now = now or timezone.now()
-    cutoff = now - timedelta(minutes=settings.BACKLOG_STALE_MINUTES)
-    thresholds = {"stale_minutes": settings.BACKLOG_STALE_MINUTES, "max_retries": settings.BACKLOG_MAX_RETRIES}
-    with job_run("backlog_stale_sweep", actor=SWEEP_ACTOR, payload=thresholds) as counts:
-        counts.update(recovered=0, failed_after_retries=0)
-        stale_ids = list(ResearchRequest.objects.stale(cutoff).order_by("dispatched_at").values_list("pk", flat=True))
-        for start in range(0, len(stale_ids), 500):
-            recovered, failed = _sweep_batch(stale_ids[start : start + 500], cutoff, now)
-            counts["recovered"] += recovered
-            counts["failed_after_retries"] += failed
-    return counts
-
-
 @transaction.atomic
-def _sweep_batch(ids: list[uuid.UUID], cutoff: datetime, now: datetime) -> tuple[int, int]:
-    # Lock and re-check: a row completed since it was picked no longer matches.
+def sweep_batch(ids: list[uuid.UUID], cutoff: datetime, now: datetime, *, actor: str) -> tuple[int, int]:
+    """Take back the stale rows among ``ids`` (dispatched before ``cutoff``); return
+    ``(recovered, failed_after_retries)``.
+
+    Below BACKLOG_MAX_RETRIES a row goes back to ``pending`` with ``retry_count + 1``
+    (``.recovered``); at the cap it becomes ``failed_after_retries``
+    (``.failed_after_retries``). The rows are locked and re-checked: one completed since
+    it was picked no longer matches, one locked by a concurrent completion is left to it.
+    """
     rows = list(ResearchRequest.objects.stale(cutoff).filter(pk__in=ids).select_for_update(skip_locked=True))
     recovered = failed = 0
     for row in rows:
@@ -206,7 +191,7 @@ def _sweep_batch(ids: list[uuid.UUID], cutoff: datetime, now: datetime) -> tuple
             row.save(update_fields=["status", "completed_at", "failure_reason"])
             record(
                 Action.RESEARCH_BACKLOG_FAILED_AFTER_RETRIES,
-                actor=SWEEP_ACTOR,
+                actor=actor,
                 target=row,
                 payload=_request_payload(row, stuck_minutes=stuck_minutes),
             )
@@ -218,7 +203,7 @@ def _sweep_batch(ids: list[uuid.UUID], cutoff: datetime, now: datetime) -> tuple
             row.save(update_fields=["status", "retry_count", "dispatched_at"])
             record(
                 Action.RESEARCH_BACKLOG_RECOVERED,
-                actor=SWEEP_ACTOR,
+                actor=actor,
                 target=row,
                 payload=_request_payload(row, stuck_minutes=stuck_minutes),
             )
@@ -226,21 +211,38 @@ def _sweep_batch(ids: list[uuid.UUID], cutoff: datetime, now: datetime) -> tuple
     return recovered, failed
 
 
-def purge_expired(now: datetime | None = None, *, batch_size: int = 1000) -> dict[str, int]:
-    """Delete completed and failed requests BACKLOG_TTL_DAYS after ``completed_at``.
+@transaction.atomic
+def purge_batch(ids: list[uuid.UUID], cutoff: datetime) -> int:
+    """Delete the rows among ``ids`` that are terminal and completed before ``cutoff``
+    (re-checked, so a row is never deleted outside the rule). The audit trail keeps every
+    request's history; the job's run event carries the count. Returns the number deleted."""
+    deleted, _ = ResearchRequest.objects.expired(cutoff).filter(pk__in=ids).delete()
+    return deleted
 
-    Pending and dispatched rows are never purged. The audit trail keeps every request's
-    history; the run is audited as ``memory.job.backlog_ttl_purge`` with the count.
-    """
-    now = now or timezone.now()
-    cutoff = now - timedelta(days=settings.BACKLOG_TTL_DAYS)
-    with job_run("backlog_ttl_purge", actor=PURGE_ACTOR, payload={"ttl_days": settings.BACKLOG_TTL_DAYS}) as counts:
-        counts["deleted"] = 0
-        while ids := list(ResearchRequest.objects.expired(cutoff).values_list("pk", flat=True)[:batch_size]):
-            with transaction.atomic():
-                deleted, _ = ResearchRequest.objects.expired(cutoff).filter(pk__in=ids).delete()
-            counts["deleted"] += deleted
-    return counts
+
+# --- Audited reads -------------------------------------------------------------------
+
+
+def read_backlog_status(*, actor: str, action: Action = Action.ADMIN_RESEARCH_BACKLOG_READ) -> dict[str, Any]:
+    """``health.backlog_status`` for an operator, audited (the total and the verdict only). The
+    API audits ``admin.reasoning.research.backlog_read``; the console its ``.proxy``."""
+    report = health.backlog_status()
+    with transaction.atomic():
+        record(action, actor=actor, payload={"total": report["total"], "loop_health": report["loop_health"]["verdict"]})
+    return report
+
+
+def read_review_queue(*, actor: str, limit: int = 100) -> dict[str, Any]:
+    """``health.claims_pending_review`` for a curator, audited as
+    ``admin.reasoning.claims_pending_review.listed`` (counts only)."""
+    queue = health.claims_pending_review(limit=limit)
+    with transaction.atomic():
+        record(
+            Action.ADMIN_CLAIM_REVIEW_LISTED,
+            actor=actor,
+            payload={"pending_count": queue["pending_count"], "recent_count": len(queue["recent_resolutions"])},
+        )
+    return queue
 
 
 def mark_claim_for_review(

@@ -31,7 +31,7 @@ from core.errors import Conflict, NotFound
 from core.pages import back, is_htmx
 from core.panels import page_context
 from core.templatetags.durations import format_duration
-from research_backlog import health, services
+from research_backlog import services
 from research_backlog.models import ClaimReview
 from research_backlog.serializers import DeeperRequestSerializer, ResolveClaimSerializer
 
@@ -85,7 +85,7 @@ def trigger_deeper_research(request: HttpRequest) -> HttpResponse:
 
 
 def _backlog_context(request: HttpRequest) -> dict[str, Any]:
-    report = health.read_backlog_status(actor=actor_for(request), action=Action.ADMIN_RESEARCH_BACKLOG_READ_PROXY)
+    report = services.read_backlog_status(actor=actor_for(request), action=Action.ADMIN_RESEARCH_BACKLOG_READ_PROXY)
     return {
         "backlog": report,
         "oldest_pending": _age(report["oldest_pending_age_seconds"]),
@@ -103,7 +103,7 @@ def backlog_partial(request: HttpRequest) -> HttpResponse:
 
 
 def _reviews_context(request: HttpRequest) -> dict[str, Any]:
-    return {"reviews": health.read_review_queue(actor=actor_for(request), limit=REVIEW_LIMIT)}
+    return {"reviews": services.read_review_queue(actor=actor_for(request), limit=REVIEW_LIMIT)}
 
 
 @operator_required

@@ -21,7 +21,7 @@ from pathways.embeddings import EMBEDDING_DIMENSIONS, EmbeddingError, HashBucket
 from pathways.jobs import backfill_embeddings, decay_pathways
 from pathways.matcher import match
 from pathways.models import Pathway
-from pathways.services import record_hit
+from pathways.services import demote_batch, record_hit
 from tests.pathways.factories import make_pathway
 
 pytestmark = pytest.mark.django_db
@@ -259,16 +259,16 @@ def test_pathway_reused_while_decay_runs_is_left_active(
     clock: time_machine.Coordinates, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The job selects candidate ids, then demotes them. A reuse that commits in between
-    # makes the row neither cold nor stale; _demote promises to leave such a row alone.
+    # makes the row neither cold nor stale; demote_batch promises to leave such a row alone.
     pathway = make_pathway()
     clock.move_to(T0 + timedelta(days=31))
-    demote = jobs._demote
+    demote = demote_batch
 
-    def reused_first(rule: QuerySet[Pathway], ids: list[object], reason: str, now: datetime) -> int:
+    def reused_first(rule: QuerySet[Pathway], ids: list[object], reason: str, now: datetime, *, actor: str) -> int:
         hit(pathway)  # an operator's hit lands after the candidates were chosen
-        return demote(rule, ids, reason, now)
+        return demote(rule, ids, reason, now, actor=actor)
 
-    monkeypatch.setattr(jobs, "_demote", reused_first)
+    monkeypatch.setattr(jobs, "demote_batch", reused_first)
 
     counts = decay_pathways()
 
@@ -286,7 +286,7 @@ def test_decay_failure_is_audited_and_raised(clock: time_machine.Coordinates, mo
     def broken(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr(jobs, "_demote", broken)
+    monkeypatch.setattr(jobs, "demote_batch", broken)
 
     with pytest.raises(RuntimeError):
         decay_pathways()
@@ -392,6 +392,50 @@ def test_backfill_writes_started_and_completed_with_counts() -> None:
     assert started.payload == {"model": "hash_bucket_v1"}
     assert completed.payload == {"model": "hash_bucket_v1", "embedded": 2}
     assert started.pk < completed.pk
+
+
+def test_backfill_audits_each_written_batch_with_its_counts() -> None:
+    for n in range(5):
+        make_pathway(trigger_ref=f"r/{n}")
+
+    backfill_embeddings(HashBucketEmbedding(), batch_size=2)
+
+    batches = events("reasoning.pathway.embeddings_stored")
+    assert [event.payload for event in batches] == [
+        {"model": "hash_bucket_v1", "batch": 2, "embedded": 2},
+        {"model": "hash_bucket_v1", "batch": 2, "embedded": 2},
+        {"model": "hash_bucket_v1", "batch": 1, "embedded": 1},
+    ]
+    assert {event.actor for event in batches} == {BACKFILL_ACTOR}
+    (started,) = events("memory.job.pathway_embedding_backfill.started")
+    (completed,) = events("memory.job.pathway_embedding_backfill.completed")
+    assert started.pk < batches[0].pk and batches[-1].pk < completed.pk
+
+
+def test_backfill_with_nothing_to_embed_writes_no_batch_event() -> None:
+    make_pathway(trigger_ref="a")
+    backfill_embeddings(HashBucketEmbedding())
+
+    backfill_embeddings(HashBucketEmbedding())
+
+    assert [event.payload["embedded"] for event in events("reasoning.pathway.embeddings_stored")] == [1]
+
+
+def test_a_batch_whose_audit_event_fails_keeps_no_vector(monkeypatch: pytest.MonkeyPatch) -> None:
+    pathway = make_pathway(trigger_ref="a")
+
+    def broken_record(*args: Any, **kwargs: Any) -> int:
+        raise RuntimeError("audit write failed")
+
+    monkeypatch.setattr("pathways.services.record", broken_record)
+
+    with pytest.raises(RuntimeError):
+        backfill_embeddings(HashBucketEmbedding())
+
+    stored = fresh(pathway)
+    assert (stored.embedding, stored.embedding_model) == (None, "")
+    (error,) = events("memory.job.pathway_embedding_backfill.error")
+    assert error.payload == {"model": "hash_bucket_v1", "embedded": 0, "error_type": "RuntimeError"}
 
 
 def test_backfill_failure_is_audited_and_raised() -> None:

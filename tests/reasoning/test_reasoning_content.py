@@ -17,6 +17,7 @@ from pytest_django.fixtures import Settings
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
+from audit.services import record as audit_record
 from patients.models import Patient
 from patients.services import create_patient
 from reasoning.jobs import purge_reasoning_content
@@ -34,6 +35,7 @@ MARKER = "ZEBRA-COT-7731"
 REASONING = f"{MARKER} — the patient\u2019s question first; then weigh the two guideline options…"
 STARTED = "memory.job.reasoning_content_retention.started"
 COMPLETED = "memory.job.reasoning_content_retention.completed"
+PURGED = "reasoning.step.reasoning_content_purged"
 
 
 @pytest.fixture
@@ -401,6 +403,58 @@ def test_retention_works_in_batches(agent: APIClient, clock: time_machine.Coordi
     assert purged == 5
     assert not ReasoningStep.objects.filter(reasoning_content__isnull=False).exists()
     assert ReasoningStep.objects.filter(reasoning_content_chars=len(REASONING)).count() == 5
+
+
+def test_retention_audits_each_batch_with_its_counts_between_start_and_completion(
+    agent: APIClient, clock: time_machine.Coordinates
+) -> None:
+    clock.move_to(NOW - timedelta(days=40))
+    flow_id = open_flow(agent)
+    for _ in range(5):
+        add_step(agent, flow_id, reasoning_content=REASONING)
+    clock.move_to(NOW)
+
+    purge_reasoning_content(batch_size=2)
+
+    batches = events(PURGED)
+    assert [event.payload for event in batches] == [
+        {"picked": 2, "purged": 2, "retention_days": 30},
+        {"picked": 2, "purged": 2, "retention_days": 30},
+        {"picked": 1, "purged": 1, "retention_days": 30},
+    ]
+    assert {event.actor for event in batches} == {"system:reasoning_content_retention"}
+    (started,) = events(STARTED)
+    (completed,) = events(COMPLETED)
+    assert started.id < batches[0].id and batches[-1].id < completed.id
+    assert completed.payload == {"purged": 5}
+
+
+def test_retention_with_nothing_to_purge_writes_no_batch_event(aged_steps: tuple[str, str]) -> None:
+    purge_reasoning_content()
+    purge_reasoning_content()
+
+    assert [event.payload["purged"] for event in events(PURGED)] == [1]
+
+
+def test_a_failed_batch_rolls_back_its_purge_with_its_audit_event(
+    aged_steps: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old_id, _ = aged_steps
+
+    def failing_record(*args: Any, **kwargs: Any) -> int:
+        audit_record(*args, **kwargs)
+        raise RuntimeError("audit write failed")
+
+    monkeypatch.setattr("reasoning.services.record", failing_record)
+
+    with pytest.raises(RuntimeError):
+        purge_reasoning_content()
+
+    assert ReasoningStep.objects.get(pk=old_id).reasoning_content == REASONING
+    assert events(PURGED) == []
+    assert [event.payload for event in events("memory.job.reasoning_content_retention.error")] == [
+        {"purged": 0, "error_type": "RuntimeError"}
+    ]
 
 
 def test_purge_reasoning_content_command_runs_the_job(aged_steps: tuple[str, str]) -> None:

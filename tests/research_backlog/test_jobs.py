@@ -29,9 +29,8 @@ from reasoning.models import ReasoningFlow
 from research_backlog import jobs, services
 from research_backlog.dispatcher import DispatchResult
 from research_backlog.health import backlog_status, loop_health
-from research_backlog.jobs import consume, consume_if_enabled
+from research_backlog.jobs import consume, consume_if_enabled, purge_expired, sweep_stale
 from research_backlog.models import ResearchRequest
-from research_backlog.services import purge_expired, sweep_stale
 
 pytestmark = pytest.mark.django_db
 
@@ -414,13 +413,13 @@ def test_row_completed_after_the_sweep_picked_it_is_left_completed(
     # that commits in between must win.
     row = dispatched_at(clock, T0)
     clock.move_to(T0 + timedelta(minutes=31))
-    sweep_batch = services._sweep_batch
+    sweep_batch = services.sweep_batch
 
-    def completed_first(ids: list[uuid.UUID], cutoff: datetime, now: datetime) -> tuple[int, int]:
+    def completed_first(ids: list[uuid.UUID], cutoff: datetime, now: datetime, *, actor: str) -> tuple[int, int]:
         services.complete(row.pk, actor=DISPATCHER)
-        return sweep_batch(ids, cutoff, now)
+        return sweep_batch(ids, cutoff, now, actor=actor)
 
-    monkeypatch.setattr(services, "_sweep_batch", completed_first)
+    monkeypatch.setattr(services, "sweep_batch", completed_first)
 
     assert sweep_stale() == {"recovered": 0, "failed_after_retries": 0}
 
@@ -1073,18 +1072,39 @@ def test_setup_schedules_creates_the_sweep_and_the_purge(monkeypatch: pytest.Mon
 
     sweep = Schedule.objects.get(name="research_backlog.stale_sweep")
     assert (sweep.func, sweep.schedule_type, sweep.minutes, sweep.repeats) == (
-        "research_backlog.services.sweep_stale",
+        "research_backlog.jobs.sweep_stale",
         Schedule.MINUTES,
         5,
         -1,
     )
     purge = Schedule.objects.get(name="research_backlog.ttl_purge")
     assert (purge.func, purge.schedule_type, purge.repeats) == (
-        "research_backlog.services.purge_expired",
+        "research_backlog.jobs.purge_expired",
         Schedule.DAILY,
         -1,
     )
     assert not Schedule.objects.filter(name="research_backlog.consumer").exists()
+
+
+def test_setup_schedules_points_existing_schedules_at_the_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Deployed before the bodies moved to jobs.py: the same names, the old functions.
+    monkeypatch.setitem(consumer_spec(), "enabled", False)
+    Schedule.objects.create(
+        name="research_backlog.stale_sweep", func="research_backlog.services.sweep_stale", schedule_type="I", minutes=5
+    )
+    Schedule.objects.create(
+        name="research_backlog.ttl_purge", func="research_backlog.services.purge_expired", schedule_type="D"
+    )
+    out = StringIO()
+
+    call_command("setup_schedules", stdout=out)
+
+    funcs = dict(Schedule.objects.filter(name__startswith="research_backlog.").values_list("name", "func"))
+    assert funcs == {
+        "research_backlog.stale_sweep": "research_backlog.jobs.sweep_stale",
+        "research_backlog.ttl_purge": "research_backlog.jobs.purge_expired",
+    }
+    assert "updated schedule research_backlog.stale_sweep -> research_backlog.jobs.sweep_stale" in out.getvalue()
 
 
 def test_consumer_is_not_scheduled_by_default() -> None:

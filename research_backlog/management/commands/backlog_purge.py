@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from research_backlog.services import purge_expired
+from research_backlog.jobs import purge_expired
 
 
 class Command(BaseCommand):

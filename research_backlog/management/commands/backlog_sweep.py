@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from research_backlog.services import sweep_stale
+from research_backlog.jobs import sweep_stale
 
 
 class Command(BaseCommand):
