@@ -192,7 +192,12 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # PATCH bodies here are not partial updates: the close and resolve bodies have required fields.
     "COMPONENT_SPLIT_PATCH": False,
-    "ENUM_NAME_OVERRIDES": {"FlowStateEnum": "reasoning.models.ReasoningFlow.State"},
+    "ENUM_NAME_OVERRIDES": {
+        "FlowStateEnum": "reasoning.models.ReasoningFlow.State",
+        "ResearchRequestStatusEnum": "research_backlog.models.ResearchRequestStatus",
+        "ClaimReviewStatusEnum": "research_backlog.models.ClaimReviewStatus",
+        "ResearchReasonEnum": "research_backlog.models.ResearchRequest.Reason",
+    },
     # Swagger UI assets come from the installed sidecar package, never a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

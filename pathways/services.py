@@ -18,7 +18,7 @@ from core.errors import Conflict, NotFound
 from pathways.matcher import Candidate, active_client, check_query, match
 from pathways.models import Pathway
 from pathways.radar import candidate_radars
-from pathways.stats import library_overview, pathway_stats
+from pathways.stats import LibraryOverview, PathwayStats, library_overview, pathway_stats
 from reasoning.models import ReasoningFlow, ReasoningStep
 
 logger = logging.getLogger(__name__)
@@ -132,30 +132,30 @@ def ranked_candidates(
     return list(zip(found, radars, strict=True))
 
 
-def read_stats(*, actor: str, embedding_model: str | None = None) -> dict[str, Any]:
-    """Library statistics for an operator, audited with counts only (never refs).
-
-    Without ``embedding_model``: ``pathway_stats()``, the API's published shape, audited
-    as ``admin.reasoning.pathway.stats_read`` (total, active). With it: the library page's
-    ``library_overview(embedding_model)``, audited as ``admin.reasoning.pathway.stats_read.proxy``
-    (also embedded, demoted and needing_embedding).
-    """
-    if embedding_model is None:
-        stats = pathway_stats()
-        action = Action.ADMIN_PATHWAY_STATS_READ
-        payload = {"total": stats["total"], "active": stats["active"]}
-    else:
-        stats = library_overview(embedding_model)
-        action = Action.ADMIN_PATHWAY_STATS_READ_PROXY
-        payload = {
-            "total": stats["total"],
-            "active": stats["active"],
-            "embedded": stats["embedded"],
-            "demoted": stats["demoted"]["total"],
-            "needing_embedding": stats["needing_embedding"],
-        }
+def read_stats(*, actor: str) -> PathwayStats:
+    """``pathway_stats()`` (the API's published shape) for an operator, audited as
+    ``admin.reasoning.pathway.stats_read`` with counts only (total, active; never refs)."""
+    stats = pathway_stats()
     with transaction.atomic():
-        record(action, actor=actor, payload=payload)
+        record(
+            Action.ADMIN_PATHWAY_STATS_READ, actor=actor, payload={"total": stats["total"], "active": stats["active"]}
+        )
+    return stats
+
+
+def read_library_overview(*, actor: str, embedding_model: str) -> LibraryOverview:
+    """The library page's ``library_overview(embedding_model)``, audited as
+    ``admin.reasoning.pathway.stats_read.proxy`` with counts only (never refs)."""
+    stats = library_overview(embedding_model)
+    payload = {
+        "total": stats["total"],
+        "active": stats["active"],
+        "embedded": stats["embedded"],
+        "demoted": stats["demoted"]["total"],
+        "needing_embedding": stats["needing_embedding"],
+    }
+    with transaction.atomic():
+        record(Action.ADMIN_PATHWAY_STATS_READ_PROXY, actor=actor, payload=payload)
     return stats
 
 

@@ -2,16 +2,58 @@
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from datetime import datetime
+from typing import TypedDict
 
 from django.db.models import Count, Q
 
-from pathways.models import Pathway, maturity
+from pathways.models import Maturity, Pathway, maturity
 
 TOP_HITS = 5
 
 
-def pathway_stats() -> dict[str, Any]:
+class Demoted(TypedDict):
+    total: int
+    by_reason: dict[str, int]
+
+
+class TopHit(TypedDict):
+    id: uuid.UUID
+    trigger_type: str
+    hit_count: int
+
+
+class LibraryCounts(TypedDict):
+    total: int
+    active: int
+    embedded: int
+    by_model: dict[str, int]
+    by_trigger_type: dict[str, int]
+    maturity_by_trigger_type: dict[str, Maturity]
+    demoted: Demoted
+
+
+class PathwayStats(LibraryCounts):
+    """The API's published shape (``PathwayStatsSerializer``)."""
+
+    top_hits: list[TopHit]
+
+
+class LibraryTopHit(TopHit):
+    trigger_ref: str
+    last_hit_at: datetime | None
+
+
+class LibraryOverview(LibraryCounts):
+    """What the library page reads: the API's counts, the backfill's remaining work, and
+    the top hits with their refs."""
+
+    needing_embedding: int
+    top_hits: list[LibraryTopHit]
+
+
+def pathway_stats() -> PathwayStats:
     totals = Pathway.objects.aggregate(
         total=Count("id"),
         active=Count("id", filter=Q(demoted_at__isnull=True)),
@@ -32,7 +74,7 @@ def pathway_stats() -> dict[str, Any]:
         .annotate(n=Count("id"))
         .order_by()
     )
-    top_hits = [
+    top_hits: list[TopHit] = [
         {"id": pk, "trigger_type": kind, "hit_count": hits}
         for pk, kind, hits in Pathway.objects.active()
         .filter(hit_count__gt=0)
@@ -51,7 +93,7 @@ def pathway_stats() -> dict[str, Any]:
     }
 
 
-def library_overview(embedding_model: str) -> dict[str, Any]:
+def library_overview(embedding_model: str) -> LibraryOverview:
     """What the operator's library page shows: ``pathway_stats()`` plus two things the API
     leaves out (its output is a published contract, so it is extended here, not there).
 
@@ -72,5 +114,13 @@ def library_overview(embedding_model: str) -> dict[str, Any]:
         )
     }
     # A pathway deleted between the two reads drops out rather than showing half a row.
-    top_hits = [{**row, **details[row["id"]]} for row in ranked if row["id"] in details]
+    top_hits: list[LibraryTopHit] = [
+        {
+            **row,
+            "trigger_ref": details[row["id"]]["trigger_ref"],
+            "last_hit_at": details[row["id"]]["last_hit_at"],
+        }
+        for row in ranked
+        if row["id"] in details
+    ]
     return {**stats, "needing_embedding": needing_embedding, "top_hits": top_hits}

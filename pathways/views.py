@@ -13,7 +13,7 @@ from django.views.decorators.http import require_safe
 from core.access import operator_required
 from core.actors import actor_for
 from pathways.models import MATURE_ACTIVE, MATURE_HIT_COUNT, Pathway
-from pathways.services import MIN_CONFIDENCE, read_stats
+from pathways.services import MIN_CONFIDENCE, read_library_overview
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def pathway_library_page(request: HttpRequest) -> HttpResponse:
     the most reused pathways and maturity per trigger type. Audited as a proxied stats read."""
     configured = settings.PATHWAY_EMBEDDING_MODEL
     # Counts only: the page shows refs to the operator, the audit trail does not keep them.
-    stats = read_stats(actor=actor_for(request), embedding_model=configured)
+    stats = read_library_overview(actor=actor_for(request), embedding_model=configured)
     context: dict[str, Any] = {
         "stats": stats,
         "configured_model": configured,

@@ -24,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 
 from core.actors import actor_for
-from core.api_views import ERROR, ERRORS, ApiView, limit_parameter, parse_flag, parse_limit, parse_uuid
+from core.api_views import ERRORS, ApiView, limit_parameter, parse_flag, parse_limit, parse_uuid
 from core.errors import InvalidInput
 from core.labels import LABEL_PATTERN, label_validator
 from reasoning import services
@@ -51,6 +51,11 @@ from reasoning.serializers import (
 )
 from reasoning.stats import reasoning_stats
 
+FLOW_NOT_FOUND = OpenApiResponse(OpenApiTypes.OBJECT, description="No flow with this id.")
+FLOW_CLOSED = OpenApiResponse(OpenApiTypes.OBJECT, description="The flow is closed: it accepts no more changes.")
+ID_CONFLICT = OpenApiResponse(
+    OpenApiTypes.OBJECT, description="This client-chosen id was already used with a different body."
+)
 FLOW_ID = OpenApiParameter("flow_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The flow's id.")
 
 
@@ -63,7 +68,7 @@ class FlowCollectionView(ApiView):
         description="Needs `reasoning.write`. Audits `reasoning.flow.started`. "
         "Re-sending the same client-chosen `id` with the same body returns the stored flow (200).",
         request=FlowCreateSerializer,
-        responses={201: FlowSerializer, 200: FlowSerializer, 409: ERROR, **ERRORS},
+        responses={201: FlowSerializer, 200: FlowSerializer, 409: ID_CONFLICT, **ERRORS},
         examples=[
             OpenApiExample(
                 "Researcher turn",
@@ -119,11 +124,35 @@ class FlowDetailView(ApiView):
         responses={
             200: OpenApiResponse(NarrativeSerializer, description="The narrative."),
             202: OpenApiResponse(NarrativePendingSerializer, description="Still working on this."),
-            403: ERROR,
-            404: ERROR,
-            429: ERROR,
+            403: OpenApiResponse(
+                OpenApiTypes.OBJECT, description="`reason`: `not_patient`, `no_consent` or `unsafe_summary`."
+            ),
+            404: OpenApiResponse(OpenApiTypes.OBJECT, description="No such decision among the caller's own."),
+            429: OpenApiResponse(OpenApiTypes.OBJECT, description="More than 30 reads in 5 minutes; see Retry-After."),
             401: ERRORS[401],
         },
+        examples=[
+            OpenApiExample(
+                "Consent is off",
+                response_only=True,
+                status_codes=["403"],
+                value={
+                    "detail": "You have not turned on reading the reasoning behind decisions (see your profile).",
+                    "reason": "no_consent",
+                },
+            ),
+            OpenApiExample(
+                "Still working",
+                response_only=True,
+                status_codes=["202"],
+                value={
+                    "decision_id": "9c1d2e3f-4a5b-4c6d-8e7f-0a1b2c3d4e5f",
+                    "flow_state": "active",
+                    "step_count": 3,
+                    "detail": "Still working on this.",
+                },
+            ),
+        ],
     )
     def get(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
@@ -139,7 +168,7 @@ class FlowDetailView(ApiView):
         "rejection_reason) feed the research-backlog producers. 409 when the flow is already closed.",
         parameters=[FLOW_ID],
         request=FlowCloseSerializer,
-        responses={200: FlowSerializer, 404: ERROR, 409: ERROR, **ERRORS},
+        responses={200: FlowSerializer, 404: FLOW_NOT_FOUND, 409: FLOW_CLOSED, **ERRORS},
         examples=[
             OpenApiExample(
                 "Complete",
@@ -181,7 +210,15 @@ class StepCollectionView(ApiView):
         "stored in the `inputs`/`outputs` JSON.",
         parameters=[FLOW_ID],
         request=StepCreateSerializer,
-        responses={201: StepSerializer, 200: StepSerializer, 404: ERROR, 409: ERROR, **ERRORS},
+        responses={
+            201: StepSerializer,
+            200: StepSerializer,
+            404: FLOW_NOT_FOUND,
+            409: OpenApiResponse(
+                OpenApiTypes.OBJECT, description="The flow is closed, or the step id was used with another body."
+            ),
+            **ERRORS,
+        },
         examples=[
             OpenApiExample(
                 "Retrieval step",
@@ -222,10 +259,36 @@ class StepBatchView(ApiView):
         responses={
             201: StepBatchResponseSerializer,
             200: StepBatchResponseSerializer,
-            404: ERROR,
-            409: ERROR,
+            404: FLOW_NOT_FOUND,
+            409: OpenApiResponse(
+                OpenApiTypes.OBJECT, description="The flow is closed, or some step ids exist with other bodies."
+            ),
             **ERRORS,
         },
+        examples=[
+            OpenApiExample(
+                "A retrieval, then a verdict that cites it",
+                request_only=True,
+                value={
+                    "steps": [
+                        {
+                            "id": "1f2e3d4c-5b6a-4978-8a9b-0c1d2e3f4a5b",
+                            "kind": "retrieval",
+                            "agent": "researcher",
+                            "summary_text": "Retrieved the current guideline",
+                            "confidence": 0.9,
+                        },
+                        {
+                            "kind": "verdict",
+                            "agent": "critic",
+                            "summary_text": "Judged the guideline applicable",
+                            "parent_step_id": "1f2e3d4c-5b6a-4978-8a9b-0c1d2e3f4a5b",
+                            "confidence": 0.8,
+                        },
+                    ]
+                },
+            )
+        ],
     )
     def post(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
@@ -392,7 +455,15 @@ class AdminFlowDetailView(ApiView):
         "`reasoning.cot.read` scope (403 otherwise); that read also audits "
         "`admin.reasoning.flow.reasoning_content_read`.",
         parameters=[FLOW_ID],
-        responses={200: AdminFlowSerializer, 404: ERROR, **ERRORS},
+        responses={200: AdminFlowSerializer, 404: FLOW_NOT_FOUND, **ERRORS},
+        examples=[
+            OpenApiExample(
+                "Not found",
+                response_only=True,
+                status_codes=["404"],
+                value={"detail": "flow 9c1d2e3f-4a5b-4c6d-8e7f-0a1b2c3d4e5f does not exist"},
+            )
+        ],
     )
     def get(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")

@@ -10,9 +10,10 @@ The verdict is the one source of truth for the API, the Research Console and mon
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TypedDict
 
 from django.db import models
 from django.db.models import Count, Min
@@ -65,7 +66,46 @@ def _seconds(age: timedelta | None) -> float | None:
     return None if age is None else round(age.total_seconds(), 1)
 
 
-def backlog_status(now: datetime | None = None) -> dict[str, Any]:
+class RecentFailure(TypedDict):
+    id: uuid.UUID
+    trigger_type: str
+    reason: str
+    status: str
+    failure_reason: str
+    retry_count: int
+    completed_at: datetime | None
+
+
+class RecentFailures(TypedDict):
+    window_hours: int
+    count: int
+    items: list[RecentFailure]
+
+
+class LoopHealthReport(TypedDict):
+    verdict: Verdict
+    reasons: list[str]
+
+
+class BacklogStatus(TypedDict):
+    """The backlog route's published shape (``BacklogStatusSerializer``); the console reads it too."""
+
+    status_distribution: dict[str, int]
+    total: int
+    oldest_pending_age_seconds: float | None
+    oldest_dispatched_age_seconds: float | None
+    retry_distribution: dict[str, int]
+    recent_failures: RecentFailures
+    loop_health: LoopHealthReport
+
+
+class ReviewQueue(TypedDict):
+    pending: list[ClaimReview]
+    pending_count: int
+    recent_resolutions: list[ClaimReview]
+
+
+def backlog_status(now: datetime | None = None) -> BacklogStatus:
     """Counts by status and retry count, the oldest waits, recent failures and the verdict."""
     now = now or timezone.now()
     rows = ResearchRequest.objects
@@ -106,7 +146,7 @@ def backlog_status(now: datetime | None = None) -> dict[str, Any]:
     }
 
 
-def claims_pending_review(now: datetime | None = None, *, limit: int = 100) -> dict[str, Any]:
+def claims_pending_review(now: datetime | None = None, *, limit: int = 100) -> ReviewQueue:
     """The ``limit`` oldest pending entries, their total, and the last 10 resolutions of the past 24 h."""
     now = now or timezone.now()
     pending = ClaimReview.objects.filter(status=ClaimReview.Status.PENDING).order_by("created_at", "id")

@@ -14,6 +14,7 @@ from core.serializers import (
     label_field,
     multiline_text_validator,
 )
+from research_backlog.health import Verdict
 from research_backlog.models import ClaimReview, ResearchRequest
 
 # Questions and notes may span lines and hold tabs, but no other control, format or separator characters.
@@ -101,3 +102,87 @@ class MarkClaimSerializer(StrictSerializer):
 class ResolveClaimSerializer(StrictSerializer):
     status = serializers.ChoiceField(choices=[ClaimReview.Status.RESOLVED.value, ClaimReview.Status.DISMISSED.value])
     note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="", validators=[text_validator])
+
+
+# --- Response shapes ---------------------------------------------------------------------
+
+
+class ResearchRequestRowSerializer(serializers.Serializer[Any]):
+    """``request_representation``: one backlog row (the question is decrypted for operators)."""
+
+    id = serializers.UUIDField()
+    trigger_type = serializers.CharField()
+    trigger_ref = serializers.CharField()
+    question = serializers.CharField()
+    reason = serializers.ChoiceField(choices=ResearchRequest.Reason.choices)
+    source = serializers.CharField()  # type: ignore[assignment]  # a field named like DRF's Field.source
+    requested_by = serializers.CharField(help_text="The actor that enqueued it (`token:…`, `user:…`, `system:…`).")
+    status = serializers.ChoiceField(choices=ResearchRequest.Status.choices)
+    retry_count = serializers.IntegerField()
+    dispatched_from_backlog = serializers.BooleanField()
+    source_flow_id = serializers.UUIDField(allow_null=True)
+    dispatched_at = serializers.DateTimeField(allow_null=True)
+    completed_at = serializers.DateTimeField(allow_null=True)
+    completed_flow_id = serializers.UUIDField(allow_null=True)
+    failure_reason = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class PullResponseSerializer(serializers.Serializer[Any]):
+    request = ResearchRequestRowSerializer(allow_null=True, help_text="null when no pending request is left.")
+
+
+class ClaimReviewSerializer(serializers.Serializer[Any]):
+    """``review_representation``: one entry of the review queue (the note is decrypted)."""
+
+    id = serializers.UUIDField()
+    claim_id = serializers.CharField()
+    trigger_type = serializers.CharField()
+    reason = serializers.CharField()
+    source = serializers.CharField()  # type: ignore[assignment]  # a field named like DRF's Field.source
+    source_flow_id = serializers.UUIDField(allow_null=True)
+    marked_by = serializers.CharField()
+    status = serializers.ChoiceField(choices=ClaimReview.Status.choices)
+    resolution_note = serializers.CharField()
+    resolved_by = serializers.CharField()
+    resolved_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class ReviewQueueSerializer(serializers.Serializer[Any]):
+    pending = ClaimReviewSerializer(many=True, help_text="Oldest first, at most `limit`.")
+    pending_count = serializers.IntegerField()
+    recent_resolutions = ClaimReviewSerializer(many=True, help_text="The last 10 of the past 24 h.")
+
+
+class RecentFailureSerializer(serializers.Serializer[Any]):
+    id = serializers.UUIDField()
+    trigger_type = serializers.CharField()
+    reason = serializers.ChoiceField(choices=ResearchRequest.Reason.choices)
+    status = serializers.ChoiceField(choices=ResearchRequest.Status.choices)
+    failure_reason = serializers.CharField()
+    retry_count = serializers.IntegerField()
+    completed_at = serializers.DateTimeField(allow_null=True)
+
+
+class RecentFailuresSerializer(serializers.Serializer[Any]):
+    window_hours = serializers.IntegerField()
+    count = serializers.IntegerField()
+    items = RecentFailureSerializer(many=True, help_text="The latest 10.")
+
+
+class LoopHealthSerializer(serializers.Serializer[Any]):
+    verdict = serializers.ChoiceField(choices=Verdict.choices)
+    reasons = serializers.ListField(child=serializers.CharField(), help_text="Every threshold that fired.")
+
+
+class BacklogStatusSerializer(serializers.Serializer[Any]):
+    """``research_backlog.health.BacklogStatus``: counts, ages and the loop-health verdict."""
+
+    status_distribution = serializers.DictField(child=serializers.IntegerField(), help_text="Every status, zeros kept.")
+    total = serializers.IntegerField()
+    oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
+    oldest_dispatched_age_seconds = serializers.FloatField(allow_null=True)
+    retry_distribution = serializers.DictField(child=serializers.IntegerField(), help_text="Rows by retry count.")
+    recent_failures = RecentFailuresSerializer()
+    loop_health = LoopHealthSerializer()

@@ -223,7 +223,7 @@ def purge_batch(ids: list[uuid.UUID], cutoff: datetime) -> int:
 # --- Audited reads -------------------------------------------------------------------
 
 
-def read_backlog_status(*, actor: str, action: Action = Action.ADMIN_RESEARCH_BACKLOG_READ) -> dict[str, Any]:
+def read_backlog_status(*, actor: str, action: Action = Action.ADMIN_RESEARCH_BACKLOG_READ) -> health.BacklogStatus:
     """``health.backlog_status`` for an operator, audited (the total and the verdict only). The
     API audits ``admin.reasoning.research.backlog_read``; the console its ``.proxy``."""
     report = health.backlog_status()
@@ -232,7 +232,7 @@ def read_backlog_status(*, actor: str, action: Action = Action.ADMIN_RESEARCH_BA
     return report
 
 
-def read_review_queue(*, actor: str, limit: int = 100) -> dict[str, Any]:
+def read_review_queue(*, actor: str, limit: int = 100) -> health.ReviewQueue:
     """``health.claims_pending_review`` for a curator, audited as
     ``admin.reasoning.claims_pending_review.listed`` (counts only)."""
     queue = health.claims_pending_review(limit=limit)

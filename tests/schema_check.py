@@ -26,7 +26,12 @@ def assert_matches_schema(schema: dict[str, Any], node: dict[str, Any], value: A
     if "enum" in node:
         assert value in node["enum"], (value, node["enum"])
     kind = node.get("type")
-    if kind == "object" or "properties" in node:
+    if (kind == "object" or "additionalProperties" in node) and "properties" not in node:
+        # A map (DictField): any keys, every value of one documented type.
+        assert isinstance(value, dict)
+        for item in value.values():
+            assert_matches_schema(schema, node.get("additionalProperties", {}), item)
+    elif kind == "object" or "properties" in node:
         assert isinstance(value, dict)
         assert set(value) == set(node["properties"]), (set(value), set(node["properties"]))
         assert set(node.get("required", [])) <= set(value)
@@ -42,3 +47,5 @@ def assert_matches_schema(schema: dict[str, Any], node: dict[str, Any], value: A
         assert isinstance(value, int) and not isinstance(value, bool)
     elif kind == "boolean":
         assert isinstance(value, bool)
+    elif kind == "number":
+        assert isinstance(value, int | float) and not isinstance(value, bool)

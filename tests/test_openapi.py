@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from reasoning import urls as reasoning_urls
+from tests.schema_check import assert_matches_schema
 
 SCHEMA_URL = "/api/schema/?format=json"
 
@@ -381,3 +382,90 @@ def test_values_matching_each_published_pattern_are_accepted(
         assert response.status_code in (200, 201), (value, response.content)
 
     check()
+
+
+# --- Typed responses ----------------------------------------------------------------------
+
+TYPED_PREFIXES = ("/admin/v1/reasoning/pathways/", "/admin/v1/reasoning/research/", "/admin/v1/reasoning/claims")
+
+
+def _operations(schema: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (path, method, operation)
+        for path, item in schema["paths"].items()
+        for method, operation in item.items()
+        if method in ("get", "post", "patch", "put", "delete")
+    ]
+
+
+def test_pathway_and_research_success_responses_are_typed_components(schema: dict[str, Any]) -> None:
+    untyped = []
+    for path, method, operation in _operations(schema):
+        if not path.startswith(TYPED_PREFIXES):
+            continue
+        for code, response in operation["responses"].items():
+            if not code.startswith("2"):
+                continue
+            body = response.get("content", {}).get("application/json", {}).get("schema", {})
+            if "$ref" not in body:
+                untyped.append(f"{method.upper()} {path} {code}")
+    assert untyped == []
+
+
+def test_every_route_has_an_example(schema: dict[str, Any]) -> None:
+    missing = []
+    for path, method, operation in _operations(schema):
+        if not path.startswith(("/api/reasoning/", "/admin/v1/")):
+            continue
+        bodies = [operation.get("requestBody", {}), *operation["responses"].values()]
+        if not any(media.get("examples") for body in bodies for media in body.get("content", {}).values()):
+            missing.append(f"{method.upper()} {path}")
+    assert missing == []
+
+
+def test_not_found_and_conflict_responses_say_what_they_mean(schema: dict[str, Any]) -> None:
+    for _path, _method, operation in _operations(schema):
+        descriptions = {code: response["description"] for code, response in operation["responses"].items()}
+        if "404" in descriptions and "409" in descriptions:
+            assert descriptions["404"] != descriptions["409"], operation["operationId"]
+            assert not descriptions["404"].startswith("Invalid body"), operation["operationId"]
+
+
+def _documented_response(schema: dict[str, Any], path: str, method: str, code: str) -> dict[str, Any]:
+    node: dict[str, Any] = schema["paths"][path][method]["responses"][code]["content"]["application/json"]["schema"]
+    return node
+
+
+def test_research_and_pathway_bodies_are_exactly_what_openapi_documents(
+    schema: dict[str, Any], operator: APIClient
+) -> None:
+    created = operator.post(
+        "/admin/v1/reasoning/research/deeper-request",
+        {"trigger_type": "user_question", "question": "Which guideline covers this?"},
+        format="json",
+    )
+    pulled = operator.post("/admin/v1/reasoning/research/backlog/next", {}, format="json")
+    marked = operator.post("/admin/v1/reasoning/claims-pending-review", {"claim_id": "claim/1"}, format="json")
+    bodies = [
+        ("/admin/v1/reasoning/research/deeper-request", "post", "201", created),
+        ("/admin/v1/reasoning/research/backlog/next", "post", "200", pulled),
+        ("/admin/v1/reasoning/claims-pending-review", "post", "201", marked),
+        (
+            "/admin/v1/reasoning/claims-pending-review",
+            "get",
+            "200",
+            operator.get("/admin/v1/reasoning/claims-pending-review"),
+        ),
+        ("/admin/v1/reasoning/research/backlog", "get", "200", operator.get("/admin/v1/reasoning/research/backlog")),
+        ("/admin/v1/reasoning/pathways/stats", "get", "200", operator.get("/admin/v1/reasoning/pathways/stats")),
+        (
+            "/admin/v1/reasoning/pathways/match",
+            "get",
+            "200",
+            operator.get("/admin/v1/reasoning/pathways/match?trigger_type=user_question"),
+        ),
+    ]
+    for path, method, code, response in bodies:
+        assert response.status_code == int(code), (path, response.content)
+        assert_matches_schema(schema, _documented_response(schema, path, method, code), response.json())
+    assert pulled.json()["request"]["status"] == "dispatched"
