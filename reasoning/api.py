@@ -7,7 +7,7 @@ import binascii
 import json
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -18,9 +18,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from core.actors import actor_for
@@ -244,6 +245,28 @@ class StepCollectionView(ApiView):
         return Response(step_representation(step), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
+def name_the_steps(errors: Mapping[str, Any]) -> dict[str, Any]:
+    """Batch validation errors keyed the way the service names a bad parent: one flat
+    ``{"steps[2].confidence": [...]}`` shape for every error of the batch route, instead of
+    DRF's ``{"steps": {2: {"confidence": [...]}}}``. A problem with the list itself (empty,
+    too long, not a list) stays under ``steps``; an item that is not an object, ``steps[i]``."""
+    named: dict[str, Any] = {}
+    for field, detail in errors.items():
+        if field != "steps" or not isinstance(detail, Mapping):
+            named[field] = detail
+            continue
+        for index, item in detail.items():
+            if index == api_settings.NON_FIELD_ERRORS_KEY:
+                named["steps"] = item
+            elif isinstance(item, Mapping):
+                for name, messages in item.items():
+                    suffix = "" if name == api_settings.NON_FIELD_ERRORS_KEY else f".{name}"
+                    named[f"steps[{index}]{suffix}"] = messages
+            else:
+                named[f"steps[{index}]"] = item
+    return named
+
+
 class StepBatchView(ApiView):
     permission_classes = [CanWrite]
 
@@ -252,7 +275,8 @@ class StepBatchView(ApiView):
         summary="Add several steps to an active flow at once",
         description=f"Needs `reasoning.write`. Up to {MAX_BATCH_STEPS} steps, stored in order, all or none; "
         "each is audited as `reasoning.step.created`. A step may name an earlier step of the same batch as a "
-        "parent (give it a client-chosen `id`). Errors name the step: `steps[2].parent_step_id`. For agents "
+        "parent (give it a client-chosen `id`). Every 400 names the step and field in one flat shape: "
+        "`{\"steps[2].confidence\": [...]}`, `{\"steps[2].parent_step_id\": [...]}`. For agents "
         "that buffer steps (the SDK spool) or report a whole turn at once: one request instead of many.",
         parameters=[FLOW_ID],
         request=StepBatchSerializer,
@@ -293,7 +317,8 @@ class StepBatchView(ApiView):
     def post(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
         body = StepBatchSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        if not body.is_valid():
+            raise ValidationError(name_the_steps(body.errors))
         steps, created = services.add_steps(pk, body.validated_data["steps"], actor=actor_for(request))
         return Response(
             {"steps": [step_representation(step) for step in steps]},

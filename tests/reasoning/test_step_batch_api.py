@@ -195,10 +195,8 @@ def test_bad_confidence_in_third_item_is_400_naming_steps_2_confidence(agent: AP
 
     assert response.status_code == 400
     # Field validation errors are nested under the item's index; only the bad item appears.
-    assert list(response.json()) == ["steps"]
-    errors = response.json()["steps"]
-    assert list(errors) == ["2"]
-    assert list(errors["2"]) == ["confidence"]
+    # One flat shape for every error of this route, as for a bad parent: the index and the field.
+    assert list(response.json()) == ["steps[2].confidence"]
     assert_nothing_written(flow["id"])
 
 
@@ -209,9 +207,7 @@ def test_unknown_field_in_second_item_is_400_naming_it(agent: APIClient, flow: d
     response = post_batch(agent, flow["id"], steps)
 
     assert response.status_code == 400
-    errors = response.json()["steps"]
-    assert list(errors) == ["1"]
-    assert errors["1"] == {"colour": ["Unknown field."]}
+    assert response.json() == {"steps[1].colour": ["Unknown field."]}
     assert_nothing_written(flow["id"])
 
 
@@ -383,7 +379,8 @@ def test_batch_of_101_steps_is_400_naming_steps_and_writes_nothing(agent: APICli
     response = post_batch(agent, flow["id"], numbered_steps(101))
 
     assert response.status_code == 400
-    assert "100" in response.json()["steps"]["non_field_errors"][0]
+    assert list(response.json()) == ["steps"]
+    assert "100" in response.json()["steps"][0]
     assert_nothing_written(flow["id"])
 
 
@@ -407,6 +404,14 @@ def test_steps_that_is_not_a_list_is_400_naming_steps(agent: APIClient, flow: di
 
     assert response.status_code == 400
     assert "steps" in response.json()
+    assert_nothing_written(flow["id"])
+
+
+def test_an_item_that_is_not_an_object_is_400_naming_it(agent: APIClient, flow: dict[str, Any]) -> None:
+    response = agent.post(batch_url(flow["id"]), {"steps": [step_body(), 5]}, format="json")
+
+    assert response.status_code == 400
+    assert list(response.json()) == ["steps[1]"]
     assert_nothing_written(flow["id"])
 
 
