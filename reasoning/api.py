@@ -276,7 +276,7 @@ class StepBatchView(ApiView):
         description=f"Needs `reasoning.write`. Up to {MAX_BATCH_STEPS} steps, stored in order, all or none; "
         "each is audited as `reasoning.step.created`. A step may name an earlier step of the same batch as a "
         "parent (give it a client-chosen `id`). Every 400 names the step and field in one flat shape: "
-        "`{\"steps[2].confidence\": [...]}`, `{\"steps[2].parent_step_id\": [...]}`. For agents "
+        '`{"steps[2].confidence": [...]}`, `{"steps[2].parent_step_id": [...]}`. For agents '
         "that buffer steps (the SDK spool) or report a whole turn at once: one request instead of many.",
         parameters=[FLOW_ID],
         request=StepBatchSerializer,
