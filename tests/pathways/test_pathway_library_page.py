@@ -19,9 +19,7 @@ from audit.models import AuditEvent
 from pathways.embeddings import HashBucketEmbedding
 from pathways.jobs import backfill_embeddings
 from pathways.models import Pathway
-from patients.services import create_patient
-from reasoning.services import create_operator
-from tests.pathways.factories import make_pathway
+from tests.factories import make_pathway
 
 pytestmark = pytest.mark.django_db
 
@@ -107,20 +105,6 @@ def demoted(reason: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def operator_user() -> User:
-    user = create_operator(username="olive.operator", password="correct horse", actor="system:test")
-    assert isinstance(user, User)
-    return user
-
-
-@pytest.fixture
-def operator_client(operator_user: User) -> Client:
-    client = Client()
-    client.force_login(operator_user)
-    return client
-
-
-@pytest.fixture
 def library() -> dict[str, Pathway]:
     """Nine pathways in three trigger types, a minute apart, all active ones embedded.
 
@@ -159,13 +143,8 @@ def test_operator_sees_the_page(operator_client: Client) -> None:
     assert "<h1>Pathway library</h1>" in response.content.decode()
 
 
-def test_patient_session_is_403_and_not_audited() -> None:
-    patient = create_patient(username="ada.patient", password="correct horse", consent=True, actor="system:test")
-    assert patient.user is not None
-    client = Client()
-    client.force_login(patient.user)
-
-    response = client.get(PAGE_URL)
+def test_patient_session_is_403_and_not_audited(patient_client: Client) -> None:
+    response = patient_client.get(PAGE_URL)
 
     assert response.status_code == 403
     assert "Operators only" in response.content.decode()

@@ -30,11 +30,9 @@ from audit.models import AuditEvent
 from pathways.embeddings import HashBucketEmbedding
 from pathways.jobs import backfill_embeddings
 from pathways.models import Pathway
-from patients.services import create_patient
-from reasoning.services import create_operator
 from research_backlog import services
 from research_backlog.models import ClaimReview, ResearchRequest
-from tests.pathways.factories import make_pathway
+from tests.factories import QUESTION, make_pathway, make_request, make_review
 
 if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as Response
@@ -50,7 +48,6 @@ DEEPER = f"{CONSOLE}/deeper-research"
 LOGIN = "/accounts/login/"
 HTMX = {"HX-Request": "true"}
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
-PASSWORD = "correct horse battery"
 
 MATCH_PROXY = "admin.reasoning.pathway.match.proxy"
 HIT_PROXY = "admin.reasoning.pathway.hit.proxy"
@@ -61,7 +58,6 @@ REVIEWS_LISTED = "admin.reasoning.claims_pending_review.listed"
 RESOLVED = "reasoning.claims_pending_review.resolved"
 
 # Distinctive free text, so a leak into the audit trail cannot be a coincidence.
-QUESTION = "Which guideline covers the potassium target for Zebulon Quixote?"
 NOTE = "Curator Wilhelmina checked the Quixote citation: the dose was transposed."
 
 
@@ -232,24 +228,6 @@ def written() -> dict[str, Any]:
     }
 
 
-def make_request(**fields: Any) -> ResearchRequest:
-    values: dict[str, Any] = {
-        "trigger_type": "user_question",
-        "question": QUESTION,
-        "reason": ResearchRequest.Reason.OPERATOR_REQUESTED,
-        "source": "operator",
-        "requested_by": "token:operator",
-    }
-    values.update(fields)
-    if values.get("status", "pending") != "pending":
-        values.setdefault("dispatched_at", values.get("created_at", NOW))
-    return ResearchRequest.objects.create(**values)
-
-
-def make_review(claim_id: str, **fields: Any) -> ClaimReview:
-    return ClaimReview.objects.create(claim_id=claim_id, source="critic", marked_by="token:critic", **fields)
-
-
 def demoted() -> dict[str, Any]:
     return {"demoted_at": timezone.now(), "demotion_reason": Pathway.DemotionReason.COLD}
 
@@ -264,22 +242,8 @@ def fast_passwords(settings: Any) -> None:
 
 
 @pytest.fixture
-def operator_user() -> User:
-    user = create_operator(username="olive.operator", password=PASSWORD, actor="system:test")
-    assert isinstance(user, User)
-    return user
-
-
-@pytest.fixture
 def actor(operator_user: User) -> str:
     return f"user:{operator_user.pk}"
-
-
-@pytest.fixture
-def operator_client(operator_user: User) -> Client:
-    client = Client()
-    client.force_login(operator_user)
-    return client
 
 
 @pytest.fixture
@@ -287,15 +251,6 @@ def csrf_client(operator_user: User) -> Client:
     """An operator whose POSTs must carry the CSRF token, as a browser's do."""
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator_user)
-    return client
-
-
-@pytest.fixture
-def patient_client() -> Client:
-    patient = create_patient(username="ada.patient", password=PASSWORD, consent=True, actor="system:test")
-    assert patient.user is not None
-    client = Client()
-    client.force_login(patient.user)
     return client
 
 
