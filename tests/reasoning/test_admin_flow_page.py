@@ -16,6 +16,7 @@ from pytest_django import DjangoAssertNumQueries
 from audit.models import AuditEvent
 from patients.models import Patient
 from tests import factories
+from tests.html import parse
 
 pytestmark = pytest.mark.django_db
 
@@ -44,11 +45,17 @@ def svg_of(body: str) -> str:
 
 
 def node_positions(body: str) -> list[int]:
-    return [int(p) for p in re.findall(r'<a class="dag-node[^"]*" href="#step-\d+"[^>]*data-position="(\d+)"', body)]
+    """The positions of the graph's step nodes, in document order."""
+    return [
+        int(node.attrs["data-position"])
+        for node in parse(body).select("a", "dag-node")
+        if node.attrs.get("href", "").startswith("#step-")
+    ]
 
 
 def timeline_positions(body: str) -> list[int]:
-    return [int(p) for p in re.findall(r'<li class="card timeline-step[^"]*" id="step-(\d+)"', body)]
+    """The positions of the timeline's step cards, in document order."""
+    return [int(card.attrs["id"].removeprefix("step-")) for card in parse(body).select("li", "timeline-step")]
 
 
 def step_body(position: int, **extra: Any) -> dict[str, Any]:

@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from html.parser import HTMLParser
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -33,6 +32,7 @@ from pathways.models import Pathway
 from research_backlog import services
 from research_backlog.models import ClaimReview, ResearchRequest
 from tests.factories import QUESTION, make_pathway, make_request, make_review
+from tests.html import Element, doc
 
 if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as Response
@@ -78,90 +78,6 @@ def login_redirect(path: str) -> str:
 
 
 # --- Reading HTML like an operator ----------------------------------------------------
-
-
-@dataclass
-class Element:
-    tag: str
-    attrs: dict[str, str]
-    children: list[Element | str] = field(default_factory=list)
-
-    def iter(self) -> Iterator[Element]:
-        yield self
-        for child in self.children:
-            if isinstance(child, Element):
-                yield from child.iter()
-
-    def raw_text(self) -> str:
-        return "".join(child if isinstance(child, str) else child.raw_text() for child in self.children)
-
-    @property
-    def text(self) -> str:
-        """The visible text, whitespace collapsed (timesince's no-break spaces included)."""
-        return " ".join(self.raw_text().split())
-
-    def classes(self) -> list[str]:
-        return self.attrs.get("class", "").split()
-
-    def select(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> list[Element]:
-        """Descendants (and self) by tag, class and attributes (``data_status`` means ``data-status``)."""
-        wanted = {name.replace("_", "-"): value for name, value in attrs.items()}
-        return [
-            el
-            for el in self.iter()
-            if (tag is None or el.tag == tag)
-            and (cls is None or cls in el.classes())
-            and all(el.attrs.get(name) == value for name, value in wanted.items())
-        ]
-
-    def one(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> Element:
-        found = self.select(tag, cls, **attrs)
-        assert len(found) == 1, f"expected one {tag or '*'}.{cls} {attrs}, found {len(found)}"
-        return found[0]
-
-    def by_id(self, ident: str) -> Element:
-        return self.one(id=ident)
-
-    def has_id(self, ident: str) -> bool:
-        return bool(self.select(id=ident))
-
-
-class _TreeBuilder(HTMLParser):
-    VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"})
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.root = Element("#document", {})
-        self.stack = [self.root]
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        element = Element(tag, {name: value or "" for name, value in attrs})
-        self.stack[-1].children.append(element)
-        if tag not in self.VOID:
-            self.stack.append(element)
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.stack[-1].children.append(Element(tag, {name: value or "" for name, value in attrs}))
-
-    def handle_endtag(self, tag: str) -> None:
-        for depth in range(len(self.stack) - 1, 0, -1):
-            if self.stack[depth].tag == tag:
-                del self.stack[depth:]
-                return
-
-    def handle_data(self, data: str) -> None:
-        self.stack[-1].children.append(data)
-
-
-def parse(html: str | bytes) -> Element:
-    builder = _TreeBuilder()
-    builder.feed(html.decode() if isinstance(html, bytes) else html)
-    builder.close()
-    return builder.root
-
-
-def doc(response: Response) -> Element:
-    return parse(response.content)
 
 
 def messages_on(client: Client, url: str = CONSOLE) -> list[str]:
