@@ -1,4 +1,8 @@
-"""Shared fixtures: personas (tokens with scopes), an API client, audit and metric readers."""
+"""Shared fixtures: the personas (tokens with scopes and logged-in users), audit and metric readers.
+
+Each persona says what it may do. A module that needs a variant (another username, PHI on the
+record, made under a frozen clock) overrides the fixture of the same name next to its tests.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
+from django.test import Client
 from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
+from patients.models import Patient
+from tests.factories import PASSWORD, logged_in
 from tests.fakes import Sleeps
 
 # Installed before any instrument records: reasoning.metrics' proxy instruments bind to it.
@@ -88,6 +97,77 @@ def operator(make_token: Callable[..., str]) -> APIClient:
 def reader(make_token: Callable[..., str]) -> APIClient:
     """A token with only reasoning.read: must not write or use admin routes."""
     return _client(make_token("reasoning.read", name="reader"))
+
+
+# Olive is an operator (a staff user): she may open every /dashboard/admin page and the Research
+# Console, and her page actions are audited as ``user:<pk>``.
+@pytest.fixture
+def operator_user(db: None) -> User:
+    from reasoning.services import create_operator
+
+    user = create_operator(username="olive.operator", password=PASSWORD, actor="system:test")
+    assert isinstance(user, User)
+    return user
+
+
+@pytest.fixture
+def operator_client(operator_user: User) -> Client:
+    return logged_in(operator_user)
+
+
+# Ada is a patient who consented: she may read the narratives of her own flows, no one else's,
+# and never an operator page (403). Her name, MRN and username must never reach a page.
+@pytest.fixture
+def consenting_patient(db: None) -> Patient:
+    from patients.services import create_patient
+
+    return create_patient(
+        username="ada.patient",
+        password=PASSWORD,
+        consent=True,
+        actor="system:test",
+        name="Ada Lovelace",
+        mrn="MRN-4455",
+    )
+
+
+@pytest.fixture
+def patient_client(consenting_patient: Patient) -> Client:
+    return logged_in(consenting_patient)
+
+
+# Grace is a patient without consent: her narratives are 403 (with a link to her profile, where
+# she may opt in), and operator pages are 403 too.
+@pytest.fixture
+def non_consenting_patient(db: None) -> Patient:
+    from patients.services import create_patient
+
+    return create_patient(username="grace.patient", password=PASSWORD, consent=False, actor="system:test")
+
+
+@pytest.fixture
+def non_consenting_client(non_consenting_patient: Patient) -> Client:
+    return logged_in(non_consenting_patient)
+
+
+# Ada's app: a reasoning.read token bound to her; it may read her own flows (their narratives and
+# dimensions) over the API, and no one else's.
+@pytest.fixture
+def patient_app(consenting_patient: Patient, make_token: Callable[..., str]) -> APIClient:
+    return _client(make_token("reasoning.read", name="ada-app", patient_id=consenting_patient.pk))
+
+
+# Grace's app: bound to her, but she has not consented, so her narratives are 403.
+@pytest.fixture
+def non_consenting_app(non_consenting_patient: Patient, make_token: Callable[..., str]) -> APIClient:
+    return _client(make_token("reasoning.read", name="grace-app", patient_id=non_consenting_patient.pk))
+
+
+# Carl the clerk is logged in but is neither an operator nor a patient: operator pages are 403, patient
+# pages tell him politely that he has no patient record, and he can read no one's narrative.
+@pytest.fixture
+def outsider_client(db: None) -> Client:
+    return logged_in(get_user_model().objects.create_user(username="clerk", password=PASSWORD))
 
 
 @pytest.fixture

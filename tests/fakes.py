@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
 
 
 @dataclass
@@ -13,3 +18,115 @@ class Sleeps:
 
     def __call__(self, seconds: float) -> None:
         self.waits.append(seconds)
+
+
+@dataclass
+class Received:
+    """One request the fake server was sent."""
+
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Reply:
+    """One scripted answer."""
+
+    status: int = 200
+    body: Any = None  # bytes are sent as they are; anything else as JSON
+    headers: dict[str, str] = field(default_factory=dict)
+    before: Callable[[Received], None] | None = None  # runs in the server thread before answering
+
+
+Fallback = Reply | Callable[[Received], Reply]
+
+
+@dataclass
+class FakeServer:
+    """A loopback HTTP server that stands in for a vendor or a webhook in one test.
+
+    Records every request in ``received``; answers from ``replies`` in order, then with
+    ``fallback`` (a reply, or a function of the request). An exception raised by a reply's
+    ``before`` lands in ``errors`` for the test to check, not in the server thread's log.
+    ``url`` is ``http://127.0.0.1:<free port>`` plus the ``path`` given to ``serve_fake``,
+    which runs it.
+    """
+
+    url: str = ""
+    received: list[Received] = field(default_factory=list)
+    replies: list[Reply] = field(default_factory=list)
+    fallback: Fallback = field(default_factory=lambda: Reply(500, {"error": "unscripted"}))
+    errors: list[BaseException] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def script(self, *replies: Reply) -> None:
+        with self.lock:
+            self.replies.extend(replies)
+
+    def answer(self, received: Received) -> Reply:
+        with self.lock:
+            self.received.append(received)
+            if self.replies:
+                return self.replies.pop(0)
+            fallback = self.fallback
+        return fallback if isinstance(fallback, Reply) else fallback(received)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A slow-server test writes to a socket the client already gave up on.
+        pass
+
+
+F = TypeVar("F", bound=FakeServer)
+
+
+def serve_fake(state: F, path: str = "") -> Iterator[F]:
+    """Run ``state`` on 127.0.0.1 (a free port) until the generator is closed; stop it cleanly.
+
+    Use it as a fixture body: ``yield from serve_fake(FakeServer(), "/hook")``.
+    """
+
+    class Handler(BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            received = Received(self.command, self.path, headers, self.rfile.read(length))
+            reply = state.answer(received)
+            if reply.before is not None:
+                try:
+                    reply.before(received)
+                except BaseException as exc:  # surfaced by the test, not lost in the server thread
+                    state.errors.append(exc)
+            payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+            self.send_response(reply.status)
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_POST = do_GET = do_PUT = do_PATCH = do_DELETE = _any
+
+        def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+            pass
+
+    server = _QuietServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}{path}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -26,6 +26,7 @@ from patients.models import Patient
 from patients.services import create_patient
 from reasoning.models import ApiToken, ReasoningFlow
 from reasoning.services import create_api_token
+from tests.factories import add_step
 
 pytestmark = pytest.mark.django_db
 
@@ -49,14 +50,6 @@ def staff_client() -> Client:
     client = Client()
     client.force_login(user)
     return client
-
-
-def add_step(agent: APIClient, flow_id: str, **fields: Any) -> dict[str, Any]:
-    body = {"kind": "retrieval", "agent": "researcher", "summary_text": "Retrieved guidelines", **fields}
-    response = agent.post(f"/api/reasoning/flows/{flow_id}/steps", body, format="json")
-    assert response.status_code == 201, response.content
-    result: dict[str, Any] = response.json()
-    return result
 
 
 def events(action: str) -> list[AuditEvent]:

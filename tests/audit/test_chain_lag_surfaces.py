@@ -12,8 +12,6 @@ from django.test import Client
 
 from audit.chain import chain_all
 from config.env import env_float
-from patients.services import create_patient
-from reasoning.services import create_operator
 
 pytestmark = pytest.mark.django_db
 
@@ -29,22 +27,18 @@ def clock() -> Any:
         yield traveller
 
 
+# The shared personas, made under the frozen clock: creating each writes an audit event at T0,
+# left unchained.
 @pytest.fixture
-def operator_client(clock: Any) -> Client:
-    """A logged-in operator; creating it writes an audit event, left unchained."""
-    client = Client()
-    client.force_login(create_operator(username="olga", password="correct horse battery", actor="system:test"))
-    return client
+def operator_client(clock: Any, operator_client: Client) -> Client:
+    """The operator: sees the chain-lag banner on operator pages."""
+    return operator_client
 
 
 @pytest.fixture
-def patient_client(clock: Any) -> Client:
+def patient_client(clock: Any, patient_client: Client) -> Client:
     """A logged-in patient: may see only their own pages, never the operator banner."""
-    client = Client()
-    patient = create_patient(username="ada", password="correct horse battery", consent=True, actor="system:test")
-    assert patient.user is not None
-    client.force_login(patient.user)
-    return client
+    return patient_client
 
 
 # --- /healthz ---------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from reasoning.models import ReasoningFlow
 from research_backlog.models import ClaimReview
 from research_backlog.services import mark_claim_for_review
 from tests.browser.conftest import Screenshot
-from tests.pathways.factories import make_pathway
+from tests.factories import make_pathway
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

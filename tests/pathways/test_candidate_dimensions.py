@@ -18,7 +18,7 @@ from pathways.models import Pathway
 from pathways.radar import candidate_radars
 from reasoning.dimensions import AXES, MAX_SCORE
 from reasoning.models import ReasoningFlow, ReasoningStep
-from tests.pathways.factories import make_pathway
+from tests.factories import make_pathway
 
 pytestmark = pytest.mark.django_db
 

@@ -9,10 +9,8 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,7 @@ from pathways.embeddings import (
     minilm_projection,
     pathway_text,
 )
-from tests.fakes import Sleeps
+from tests.fakes import FakeServer, Received, Reply, Sleeps, serve_fake
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SENSITIVE = "Jane Roe, 1962-04-01, chest pain after the biopsy"
@@ -50,32 +48,17 @@ def hash_vector(text: str) -> list[float]:
 
 
 @dataclass
-class Received:
-    path: str
-    headers: dict[str, str]  # lower-case names
-    body: dict[str, Any]
+class FakeVendor(FakeServer):
+    """An embeddings endpoint: answers scripted ``replies`` first, then 200 with
+    ``vector_for(text)`` per input, listed in reverse index order."""
 
-
-@dataclass
-class Reply:
-    status: int
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class FakeVendor:
-    """An embeddings endpoint on 127.0.0.1. Records every request; answers from ``replies``
-    in order, then with 200 and ``vector_for(text)`` per input, listed in reverse index order."""
-
-    url: str
-    received: list[Received] = field(default_factory=list)
-    replies: list[Reply] = field(default_factory=list)
     vector_for: Callable[[str], list[float]] = hash_vector
 
-    def answer(self, body: dict[str, Any]) -> Reply:
-        if self.replies:
-            return self.replies.pop(0)
+    def __post_init__(self) -> None:
+        self.fallback = self.embeddings
+
+    def embeddings(self, received: Received) -> Reply:
+        body = received.json
         data = [
             {"object": "embedding", "index": index, "embedding": self.vector_for(text)}
             for index, text in enumerate(body["input"])
@@ -85,33 +68,7 @@ class FakeVendor:
 
 @pytest.fixture
 def vendor() -> Iterator[FakeVendor]:
-    fake = FakeVendor(url="")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            fake.received.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-            reply = fake.answer(body)
-            payload = json.dumps(reply.body).encode()
-            self.send_response(reply.status)
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield fake
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    yield from serve_fake(FakeVendor(), "/v1")
 
 
 VendorClass = type[OpenAIEmbedding] | type[VoyageEmbedding]
@@ -222,7 +179,7 @@ def test_openai_request_is_what_the_api_expects(vendor: FakeVendor, sleeps: Slee
     assert request.path == "/v1/embeddings"
     assert request.headers["authorization"] == "Bearer sk-test"
     assert request.headers["content-type"] == "application/json"
-    assert request.body == {"model": "text-embedding-3-small", "input": ["a", "b"], "dimensions": 256}
+    assert request.json == {"model": "text-embedding-3-small", "input": ["a", "b"], "dimensions": 256}
 
 
 def test_voyage_request_is_what_the_api_expects(vendor: FakeVendor, sleeps: Sleeps) -> None:
@@ -231,7 +188,7 @@ def test_voyage_request_is_what_the_api_expects(vendor: FakeVendor, sleeps: Slee
     [request] = vendor.received
     assert request.path == "/v1/embeddings"
     assert request.headers["authorization"] == "Bearer pa-test"
-    assert request.body == {
+    assert request.json == {
         "model": "voyage-3.5-lite",
         "input": ["a", "b"],
         "input_type": "document",
@@ -255,8 +212,8 @@ def test_inputs_go_in_batches_of_256(client_class: VendorClass, vendor: FakeVend
 
     vectors = connect(client_class, vendor, sleeps).embed(texts)
 
-    assert [len(r.body["input"]) for r in vendor.received] == [256, 44]
-    assert vendor.received[1].body["input"][0] == "pathway 256"
+    assert [len(r.json["input"]) for r in vendor.received] == [256, 44]
+    assert vendor.received[1].json["input"][0] == "pathway 256"
     np.testing.assert_allclose(vectors, HashBucketEmbedding().embed(texts))
 
 

@@ -17,6 +17,7 @@ from pathways import services
 from pathways.models import Pathway
 from pathways.services import extract_after_close, extract_pathway
 from reasoning.models import ReasoningFlow
+from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
 
@@ -36,12 +37,9 @@ def step(
 
 
 def open_flow_with_steps(agent: APIClient, steps: list[dict[str, Any]]) -> str:
-    response = agent.post(FLOWS_URL, TRIGGER, format="json")
-    assert response.status_code == 201, response.content
-    flow_id: str = response.json()["id"]
+    flow_id: str = open_flow(agent, **TRIGGER)["id"]
     for body in steps:
-        added = agent.post(f"{FLOWS_URL}/{flow_id}/steps", body, format="json")
-        assert added.status_code == 201, added.content
+        add_step(agent, flow_id, **body)
     return flow_id
 
 

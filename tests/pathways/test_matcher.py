@@ -14,7 +14,7 @@ from pathways.embeddings import EmbeddingError, HashBucketEmbedding, pathway_tex
 from pathways.jobs import backfill_embeddings
 from pathways.matcher import Candidate, composite_score, match, structural_score
 from pathways.models import Pathway
-from tests.pathways.factories import make_pathway
+from tests.factories import make_pathway
 
 QUERY_TYPE = "user_question"
 QUERY_REF = "benchmark/run-7/case-3"

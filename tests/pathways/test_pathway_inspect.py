@@ -15,7 +15,7 @@ from django.utils import timezone
 from pytest_django.live_server_helper import LiveServer
 from rest_framework.test import APIClient
 
-from tests.pathways.factories import make_pathway
+from tests.factories import make_pathway
 
 TOKEN_VARIABLE = "MEMORY_STORE_ADMIN_TOKEN"
 

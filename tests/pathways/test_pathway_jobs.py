@@ -22,7 +22,7 @@ from pathways.jobs import backfill_embeddings, decay_pathways
 from pathways.matcher import match
 from pathways.models import Pathway
 from pathways.services import demote_batch, record_hit
-from tests.pathways.factories import make_pathway
+from tests.factories import make_pathway
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from html.parser import HTMLParser
 from typing import Any
 
 import pytest
@@ -19,9 +18,8 @@ from audit.models import AuditEvent
 from pathways.embeddings import HashBucketEmbedding
 from pathways.jobs import backfill_embeddings
 from pathways.models import Pathway
-from patients.services import create_patient
-from reasoning.services import create_operator
-from tests.pathways.factories import make_pathway
+from tests.factories import make_pathway
+from tests.html import Element, parse
 
 pytestmark = pytest.mark.django_db
 
@@ -34,90 +32,15 @@ CONFIGURED = "hash_bucket_v1"  # settings.PATHWAY_EMBEDDING_MODEL in the test se
 OLD_MODEL = "old_model_v0"
 
 
-class Page(HTMLParser):
-    """What a reader sees: the text of each element with an id, and each table's body rows
-    as lists of cell texts (whitespace collapsed)."""
-
-    VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"})
-
-    def __init__(self, html: str) -> None:
-        super().__init__()
-        self.text: dict[str, str] = {}
-        self.tables: dict[str, list[list[str]]] = {}
-        self._depth = 0
-        self._open: list[tuple[str, int, list[str]]] = []
-        self._table: str | None = None
-        self._in_body = False
-        self._row: list[str] | None = None
-        self._cell: list[str] | None = None
-        self.feed(html)
-        self.close()
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in self.VOID:
-            return
-        self._depth += 1
-        ident = dict(attrs).get("id")
-        if ident:
-            self._open.append((ident, self._depth, []))
-        if tag == "table" and ident:
-            self._table = ident
-            self.tables[ident] = []
-        elif tag == "tbody":
-            self._in_body = True
-        elif tag == "tr" and self._table and self._in_body:
-            self._row = []
-        elif tag in ("td", "th") and self._row is not None:
-            self._cell = []
-
-    def handle_data(self, data: str) -> None:
-        for _, _, parts in self._open:
-            parts.append(data)
-        if self._cell is not None:
-            self._cell.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self.VOID:
-            return
-        if tag in ("td", "th") and self._row is not None and self._cell is not None:
-            self._row.append(" ".join("".join(self._cell).split()))
-            self._cell = None
-        elif tag == "tr" and self._table and self._row is not None:
-            self.tables[self._table].append(self._row)
-            self._row = None
-        elif tag == "tbody":
-            self._in_body = False
-        elif tag == "table":
-            self._table = None
-        if self._open and self._open[-1][1] == self._depth:
-            ident, _, parts = self._open.pop()
-            self.text[ident] = " ".join("".join(parts).split())
-        self._depth -= 1
-
-
-def page_of(client: Client) -> tuple[str, Page]:
+def page_of(client: Client) -> tuple[str, Element]:
     response = client.get(PAGE_URL)
     assert response.status_code == 200, response.content
     body = response.content.decode()
-    return body, Page(body)
+    return body, parse(body)
 
 
 def demoted(reason: str) -> dict[str, Any]:
     return {"demoted_at": timezone.now(), "demotion_reason": reason}
-
-
-@pytest.fixture
-def operator_user() -> User:
-    user = create_operator(username="olive.operator", password="correct horse", actor="system:test")
-    assert isinstance(user, User)
-    return user
-
-
-@pytest.fixture
-def operator_client(operator_user: User) -> Client:
-    client = Client()
-    client.force_login(operator_user)
-    return client
 
 
 @pytest.fixture
@@ -159,13 +82,8 @@ def test_operator_sees_the_page(operator_client: Client) -> None:
     assert "<h1>Pathway library</h1>" in response.content.decode()
 
 
-def test_patient_session_is_403_and_not_audited() -> None:
-    patient = create_patient(username="ada.patient", password="correct horse", consent=True, actor="system:test")
-    assert patient.user is not None
-    client = Client()
-    client.force_login(patient.user)
-
-    response = client.get(PAGE_URL)
+def test_patient_session_is_403_and_not_audited(patient_client: Client) -> None:
+    response = patient_client.get(PAGE_URL)
 
     assert response.status_code == 403
     assert "Operators only" in response.content.decode()
@@ -195,10 +113,10 @@ def test_totals_match_the_database(operator_client: Client, library: dict[str, P
     _, page = page_of(operator_client)
 
     active = Pathway.objects.filter(demoted_at__isnull=True)
-    assert page.text["total-total"] == str(Pathway.objects.count()) == "9"
-    assert page.text["total-active"] == str(active.count()) == "7"
-    assert page.text["total-embedded"] == str(Pathway.objects.exclude(embedding_model="").count()) == "7"
-    assert page.text["total-demoted"] == str(Pathway.objects.filter(demoted_at__isnull=False).count()) == "2"
+    assert page.text_of("total-total") == str(Pathway.objects.count()) == "9"
+    assert page.text_of("total-active") == str(active.count()) == "7"
+    assert page.text_of("total-embedded") == str(Pathway.objects.exclude(embedding_model="").count()) == "7"
+    assert page.text_of("total-demoted") == str(Pathway.objects.filter(demoted_at__isnull=False).count()) == "2"
 
 
 def test_embedding_models_mark_the_configured_one_and_the_backfill_left(
@@ -206,8 +124,8 @@ def test_embedding_models_mark_the_configured_one_and_the_backfill_left(
 ) -> None:
     _, page = page_of(operator_client)
 
-    assert page.tables["by-model"] == [[f"{CONFIGURED} configured", "5"], [OLD_MODEL, "2"]]
-    assert page.text["backfill"] == (
+    assert page.rows("by-model") == [[f"{CONFIGURED} configured", "5"], [OLD_MODEL, "2"]]
+    assert page.text_of("backfill") == (
         f"Active pathways still without an embedding from {CONFIGURED}: 2 of 7. "
         "The embedding backfill job fills them in; this falls to 0 as it converges."
     )
@@ -221,16 +139,16 @@ def test_backfill_progress_converges_after_a_model_switch(operator_client: Clien
     backfill_embeddings(HashBucketEmbedding())
     _, after = page_of(operator_client)
 
-    assert before.tables["by-model"] == [[f"{CONFIGURED} configured", "0"], [OLD_MODEL, "7"]]
-    assert f"{CONFIGURED}: 7 of 7." in before.text["backfill"]
-    assert after.tables["by-model"] == [[f"{CONFIGURED} configured", "7"]]
-    assert after.text["backfill"] == f"Every active pathway has an embedding from {CONFIGURED}."
+    assert before.rows("by-model") == [[f"{CONFIGURED} configured", "0"], [OLD_MODEL, "7"]]
+    assert f"{CONFIGURED}: 7 of 7." in before.text_of("backfill")
+    assert after.rows("by-model") == [[f"{CONFIGURED} configured", "7"]]
+    assert after.text_of("backfill") == f"Every active pathway has an embedding from {CONFIGURED}."
 
 
 def test_demoted_by_reason(operator_client: Client, library: dict[str, Pathway]) -> None:
     _, page = page_of(operator_client)
 
-    assert page.tables["demoted"] == [
+    assert page.rows("demoted") == [
         [COLD, "never reused, and older than 30 days", "1"],
         [STALE, "not reused in the last 90 days", "1"],
     ]
@@ -239,14 +157,14 @@ def test_demoted_by_reason(operator_client: Client, library: dict[str, Pathway])
 def test_maturity_per_trigger_type_with_legend(operator_client: Client, library: dict[str, Pathway]) -> None:
     body, page = page_of(operator_client)
 
-    assert page.tables["maturity"] == [
+    assert page.rows("maturity") == [
         ["claim_review", "0", "sparse"],
         ["lab_result", "5", "mature"],
         ["user_question", "2", "growing"],
     ]
     for bucket in ("mature", "growing", "sparse"):
         assert f'<span class="chip chip-{bucket}">{bucket}</span>' in body
-    assert page.text["maturity-legend"] == (
+    assert page.text_of("maturity-legend") == (
         "mature = at least 5 active and at least one reused 3+ times; "
         "growing = at least one active; sparse = none active."
     )
@@ -264,7 +182,7 @@ def test_top_five_most_reused_in_order_and_not_a_sixth(operator_client: Client) 
     body, page = page_of(operator_client)
 
     shown = "2026-03-05 12:00"
-    assert page.tables["top-hits"] == [
+    assert page.rows("top-hits") == [
         ["1", "user_question", "ref/2", "6", shown],
         ["2", "lab_result", "ref/5", "5", shown],
         ["3", "lab_result", "ref/1", "4", shown],
@@ -280,18 +198,18 @@ def test_top_hits_without_any_reuse(operator_client: Client) -> None:
 
     body, page = page_of(operator_client)
 
-    assert "top-hits" not in page.tables
+    assert page.select("table", id="top-hits") == []
     assert "No active pathway has been reused yet." in body
 
 
 def test_empty_library_says_where_pathways_come_from(operator_client: Client) -> None:
     body, page = page_of(operator_client)
 
-    assert [page.text[f"total-{key}"] for key in ("total", "active", "embedded", "demoted")] == ["0"] * 4
-    assert "The library is empty" in page.text["library-empty"]
-    assert "confidence of 0.9 or more" in page.text["library-empty"]
+    assert [page.text_of(f"total-{key}") for key in ("total", "active", "embedded", "demoted")] == ["0"] * 4
+    assert "The library is empty" in page.text_of("library-empty")
+    assert "confidence of 0.9 or more" in page.text_of("library-empty")
     assert f'<a href="{reverse("research-console")}">Research Console</a>' in body
-    assert page.tables == {}
+    assert page.select("table") == []
 
 
 # --- audit -------------------------------------------------------------------------------------
@@ -339,4 +257,4 @@ def test_page_runs_a_fixed_number_of_queries(
         response = operator_client.get(PAGE_URL)
 
     assert response.status_code == 200
-    assert Page(response.content.decode()).text["total-total"] == str(size)
+    assert parse(response.content).text_of("total-total") == str(size)

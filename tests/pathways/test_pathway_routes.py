@@ -17,7 +17,7 @@ from audit.models import AuditEvent
 from pathways.embeddings import HashBucketEmbedding
 from pathways.jobs import backfill_embeddings
 from pathways.models import Pathway
-from tests.pathways.factories import make_pathway
+from tests.factories import make_pathway
 
 pytestmark = pytest.mark.django_db
 

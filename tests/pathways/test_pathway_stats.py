@@ -17,7 +17,7 @@ from pathways.embeddings import HashBucketEmbedding
 from pathways.jobs import backfill_embeddings
 from pathways.models import Pathway, maturity
 from pathways.stats import pathway_stats
-from tests.pathways.factories import make_pathway
+from tests.factories import make_pathway
 
 STATS_URL = "/admin/v1/reasoning/pathways/stats"
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

@@ -12,6 +12,7 @@ import time_machine
 from rest_framework.test import APIClient
 
 from reasoning.models import ReasoningFlow
+from tests.factories import open_flow
 
 pytestmark = pytest.mark.django_db
 
@@ -19,11 +20,9 @@ LIST_URL = "/admin/v1/reasoning/flows"
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
 
-def open_flow(client: APIClient, *, at: datetime, **fields: Any) -> str:
+def open_flow_at(client: APIClient, at: datetime, **fields: Any) -> str:
     with time_machine.travel(at, tick=False):
-        response = client.post("/api/reasoning/flows", {"trigger_type": "user_question", **fields}, format="json")
-    assert response.status_code == 201, response.content
-    flow_id: str = response.json()["id"]
+        flow_id: str = open_flow(client, **fields)["id"]
     return flow_id
 
 
@@ -36,12 +35,12 @@ def ids(response: Any) -> list[str]:
 def flows(agent: APIClient) -> dict[str, str]:
     """Four flows an hour apart, of two agents, two sessions and two trigger types."""
     return {
-        "researcher-1": open_flow(agent, at=T0, agent="researcher", session_id="s-1"),
-        "critic-1": open_flow(agent, at=T0 + timedelta(hours=1), agent="critic", session_id="s-1"),
-        "researcher-2": open_flow(
-            agent, at=T0 + timedelta(hours=2), agent="researcher", session_id="s-2", trigger_type="lab_result"
+        "researcher-1": open_flow_at(agent, T0, agent="researcher", session_id="s-1"),
+        "critic-1": open_flow_at(agent, T0 + timedelta(hours=1), agent="critic", session_id="s-1"),
+        "researcher-2": open_flow_at(
+            agent, T0 + timedelta(hours=2), agent="researcher", session_id="s-2", trigger_type="lab_result"
         ),
-        "critic-2": open_flow(agent, at=T0 + timedelta(hours=3), agent="critic", session_id="s-2"),
+        "critic-2": open_flow_at(agent, T0 + timedelta(hours=3), agent="critic", session_id="s-2"),
     }
 
 
@@ -140,7 +139,7 @@ def test_a_page_that_ends_exactly_at_the_last_flow_has_no_next_cursor(
 
 
 def test_flows_created_in_the_same_instant_are_paged_by_id_without_gaps(agent: APIClient, operator: APIClient) -> None:
-    same = {open_flow(agent, at=T0) for _ in range(5)}
+    same = {open_flow_at(agent, T0) for _ in range(5)}
 
     pages = read_all_pages(operator, {"limit": 2})
 
@@ -154,7 +153,7 @@ def test_a_flow_written_between_two_pages_does_not_shift_the_next_page(
     agent: APIClient, operator: APIClient, flows: dict[str, str]
 ) -> None:
     first = operator.get(LIST_URL, {"limit": 2})
-    open_flow(agent, at=T0 + timedelta(hours=4))
+    open_flow_at(agent, T0 + timedelta(hours=4))
 
     second = operator.get(LIST_URL, {"limit": "2", "cursor": str(first.headers["X-Next-Cursor"])})
 

@@ -15,8 +15,8 @@ from pytest_django import DjangoAssertNumQueries
 
 from audit.models import AuditEvent
 from patients.models import Patient
-from patients.services import create_patient
-from reasoning import services
+from tests import factories
+from tests.html import parse
 
 pytestmark = pytest.mark.django_db
 
@@ -45,35 +45,17 @@ def svg_of(body: str) -> str:
 
 
 def node_positions(body: str) -> list[int]:
-    return [int(p) for p in re.findall(r'<a class="dag-node[^"]*" href="#step-\d+"[^>]*data-position="(\d+)"', body)]
+    """The positions of the graph's step nodes, in document order."""
+    return [
+        int(node.attrs["data-position"])
+        for node in parse(body).select("a", "dag-node")
+        if node.attrs.get("href", "").startswith("#step-")
+    ]
 
 
 def timeline_positions(body: str) -> list[int]:
-    return [int(p) for p in re.findall(r'<li class="card timeline-step[^"]*" id="step-(\d+)"', body)]
-
-
-@pytest.fixture
-def operator_user() -> Any:
-    return services.create_operator(username="olga.operator", password="correct horse battery", actor="system:test")
-
-
-@pytest.fixture
-def operator_client(operator_user: Any) -> Client:
-    client = Client()
-    client.force_login(operator_user)
-    return client
-
-
-@pytest.fixture
-def patient() -> Patient:
-    return create_patient(
-        username="ada.patient",
-        password="correct horse battery",
-        consent=True,
-        actor="system:test",
-        name="Ada Lovelace",
-        mrn="MRN-4455",
-    )
+    """The positions of the timeline's step cards, in document order."""
+    return [int(card.attrs["id"].removeprefix("step-")) for card in parse(body).select("li", "timeline-step")]
 
 
 def step_body(position: int, **extra: Any) -> dict[str, Any]:
@@ -94,8 +76,8 @@ def step_body(position: int, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def make_flow(patient: Patient) -> MakeFlow:
-    """A flow of ``count`` steps about ``patient``: a chain (each step the child of the one
+def make_dag(consenting_patient: Patient) -> MakeFlow:
+    """A flow of ``count`` steps about the consenting patient: a chain (each step the child of the one
     before) unless ``parents`` maps a position to its parent positions (primary first).
     Closed (completed) unless ``close`` is False."""
 
@@ -106,18 +88,6 @@ def make_flow(patient: Patient) -> MakeFlow:
         extra: Mapping[int, dict[str, Any]] | None = None,
         close: bool = True,
     ) -> uuid.UUID:
-        flow, _ = services.start_flow(
-            {
-                "trigger_type": "lab_result",
-                "trigger_ref": "labs/42",
-                "trigger_summary": "A new lab result arrived",
-                "trace_id": "trace-abc-123",
-                "session_id": "session-9",
-                "agent": "researcher",
-                "patient_id": patient.pk,
-            },
-            actor="system:test",
-        )
         items: list[dict[str, Any]] = []
         for position in range(1, count + 1):
             wanted = (parents or {}).get(position, [position - 1] if position > 1 else [])
@@ -126,17 +96,14 @@ def make_flow(patient: Patient) -> MakeFlow:
             if ids:
                 item["parent_step_id"], item["extra_parent_ids"] = ids[0], ids[1:]
             items.append(item)
-        if items:
-            services.add_steps(flow.pk, items, actor="system:test")
-        if close:
-            services.close_flow(
-                flow.pk,
-                state="completed",
-                actor="system:test",
-                outcome_type="recommendation_delivered",
-                outcome_summary="Suggested a follow-up visit",
-            )
-        return flow.pk
+        return factories.make_flow(
+            consenting_patient,
+            items,
+            close=close,
+            trigger_ref="labs/42",
+            trace_id="trace-abc-123",
+            session_id="session-9",
+        )
 
     return make
 
@@ -144,8 +111,8 @@ def make_flow(patient: Patient) -> MakeFlow:
 # --- Access --------------------------------------------------------------------------
 
 
-def test_operator_sees_the_page(operator_client: Client, make_flow: MakeFlow) -> None:
-    flow_id = make_flow()
+def test_operator_sees_the_page(operator_client: Client, make_dag: MakeFlow) -> None:
+    flow_id = make_dag()
 
     response = operator_client.get(page_url(flow_id))
 
@@ -153,13 +120,10 @@ def test_operator_sees_the_page(operator_client: Client, make_flow: MakeFlow) ->
     assert "lab_result flow" in html(response)
 
 
-def test_patient_is_403(patient: Patient, make_flow: MakeFlow) -> None:
-    flow_id = make_flow()
-    client = Client()
-    assert patient.user is not None
-    client.force_login(patient.user)
+def test_patient_is_403(patient_client: Client, make_dag: MakeFlow) -> None:
+    flow_id = make_dag()
 
-    response = client.get(page_url(flow_id))
+    response = patient_client.get(page_url(flow_id))
 
     assert response.status_code == 403
     body = html(response)
@@ -167,8 +131,8 @@ def test_patient_is_403(patient: Patient, make_flow: MakeFlow) -> None:
     assert "Step number 1" not in body
 
 
-def test_anonymous_is_redirected_to_login(make_flow: MakeFlow) -> None:
-    flow_id = make_flow()
+def test_anonymous_is_redirected_to_login(make_dag: MakeFlow) -> None:
+    flow_id = make_dag()
 
     response = Client().get(page_url(flow_id))
 
@@ -187,8 +151,8 @@ def test_unknown_or_malformed_flow_is_404_page(operator_client: Client, flow_id:
 
 
 @pytest.mark.parametrize("page", ["0", "-1", "abc", "2", "1.5", "1_0", "", "99999999999999999999"])
-def test_bad_page_is_404_page(operator_client: Client, make_flow: MakeFlow, page: str) -> None:
-    flow_id = make_flow(3)  # one page only
+def test_bad_page_is_404_page(operator_client: Client, make_dag: MakeFlow, page: str) -> None:
+    flow_id = make_dag(3)  # one page only
 
     response = operator_client.get(page_url(flow_id, page))
 
@@ -199,8 +163,10 @@ def test_bad_page_is_404_page(operator_client: Client, make_flow: MakeFlow, page
 # --- What an operator checks ------------------------------------------------------------
 
 
-def test_header_and_metadata_show_the_flow(operator_client: Client, make_flow: MakeFlow, patient: Patient) -> None:
-    flow_id = make_flow(3)
+def test_header_and_metadata_show_the_flow(
+    operator_client: Client, make_dag: MakeFlow, consenting_patient: Patient
+) -> None:
+    flow_id = make_dag(3)
 
     body = html(operator_client.get(page_url(flow_id)))
 
@@ -209,7 +175,7 @@ def test_header_and_metadata_show_the_flow(operator_client: Client, make_flow: M
     assert "Suggested a follow-up visit" in body
     assert "trace-abc-123" in body
     assert "session-9" in body
-    assert str(patient.pk) in body
+    assert str(consenting_patient.pk) in body
     assert "3 steps" in body
     assert "labs/42" in body
     assert "A new lab result arrived" in body
@@ -223,8 +189,8 @@ def test_header_and_metadata_show_the_flow(operator_client: Client, make_flow: M
     assert "ada.patient" not in body
 
 
-def test_closed_flow_shows_its_radar_snapshot(operator_client: Client, make_flow: MakeFlow) -> None:
-    flow_id = make_flow(3)
+def test_closed_flow_shows_its_radar_snapshot(operator_client: Client, make_dag: MakeFlow) -> None:
+    flow_id = make_dag(3)
 
     body = html(operator_client.get(page_url(flow_id)))
 
@@ -232,8 +198,8 @@ def test_closed_flow_shows_its_radar_snapshot(operator_client: Client, make_flow
     assert 'aria-label="Decision dimensions.' in body
 
 
-def test_active_flow_has_no_radar_and_says_still_open(operator_client: Client, make_flow: MakeFlow) -> None:
-    flow_id = make_flow(2, close=False)
+def test_active_flow_has_no_radar_and_says_still_open(operator_client: Client, make_dag: MakeFlow) -> None:
+    flow_id = make_dag(2, close=False)
 
     body = html(operator_client.get(page_url(flow_id)))
 
@@ -244,14 +210,14 @@ def test_active_flow_has_no_radar_and_says_still_open(operator_client: Client, m
     assert "not checked yet" in body
 
 
-def test_timeline_shows_each_step_with_parents_and_back_refs(operator_client: Client, make_flow: MakeFlow) -> None:
+def test_timeline_shows_each_step_with_parents_and_back_refs(operator_client: Client, make_dag: MakeFlow) -> None:
     refs = {
         "llm_call_log_ref": "llm-log-77",
         "experiment_trace_ref": "exp-trace-5",
         "decision_graph_node_ref": "dg-node-3",
         "memory_claim_ref": "claim-12",
     }
-    flow_id = make_flow(3, extra={2: refs})
+    flow_id = make_dag(3, extra={2: refs})
 
     body = html(operator_client.get(page_url(flow_id)))
 
@@ -278,8 +244,8 @@ def test_timeline_shows_each_step_with_parents_and_back_refs(operator_client: Cl
     assert "the trigger (a root step)" in body[body.index('id="step-1"') : body.index('id="step-2"')]
 
 
-def test_flow_without_steps_says_so(operator_client: Client, make_flow: MakeFlow) -> None:
-    flow_id = make_flow(0, close=False)
+def test_flow_without_steps_says_so(operator_client: Client, make_dag: MakeFlow) -> None:
+    flow_id = make_dag(0, close=False)
 
     response = operator_client.get(page_url(flow_id))
 
@@ -290,16 +256,16 @@ def test_flow_without_steps_says_so(operator_client: Client, make_flow: MakeFlow
     assert "0 steps" in body
 
 
-def test_rationale_is_tucked_into_a_details_element(operator_client: Client, make_flow: MakeFlow) -> None:
-    flow_id = make_flow(1)
+def test_rationale_is_tucked_into_a_details_element(operator_client: Client, make_dag: MakeFlow) -> None:
+    flow_id = make_dag(1)
 
     body = html(operator_client.get(page_url(flow_id)))
 
     assert re.search(r"<details class=\"rationale\"><summary>[^<]+</summary><p>" + RATIONALE, body)
 
 
-def test_page_never_shows_inputs_outputs_pii_or_raw_reasoning(operator_client: Client, make_flow: MakeFlow) -> None:
-    flow_id = make_flow(3)
+def test_page_never_shows_inputs_outputs_pii_or_raw_reasoning(operator_client: Client, make_dag: MakeFlow) -> None:
+    flow_id = make_dag(3)
 
     with CaptureQueriesContext(connection) as queries:
         body = html(operator_client.get(page_url(flow_id)))
@@ -314,8 +280,8 @@ def test_page_never_shows_inputs_outputs_pii_or_raw_reasoning(operator_client: C
 # --- The graph ---------------------------------------------------------------------------
 
 
-def test_graph_has_a_linked_node_with_a_title_per_step(operator_client: Client, make_flow: MakeFlow) -> None:
-    flow_id = make_flow(3)
+def test_graph_has_a_linked_node_with_a_title_per_step(operator_client: Client, make_dag: MakeFlow) -> None:
+    flow_id = make_dag(3)
 
     svg = svg_of(html(operator_client.get(page_url(flow_id))))
 
@@ -325,9 +291,9 @@ def test_graph_has_a_linked_node_with_a_title_per_step(operator_client: Client, 
     assert "dag-edge-merge" not in svg
 
 
-def test_merge_step_draws_merge_edges_and_a_marker(operator_client: Client, make_flow: MakeFlow) -> None:
+def test_merge_step_draws_merge_edges_and_a_marker(operator_client: Client, make_dag: MakeFlow) -> None:
     # 1 -> 2, 1 -> 3, and 4 merges 2 and 3.
-    flow_id = make_flow(4, parents={2: [1], 3: [1], 4: [2, 3]})
+    flow_id = make_dag(4, parents={2: [1], 3: [1], 4: [2, 3]})
 
     body = html(operator_client.get(page_url(flow_id)))
     svg = svg_of(body)
@@ -347,9 +313,9 @@ def test_merge_step_draws_merge_edges_and_a_marker(operator_client: Client, make
 
 
 @pytest.fixture
-def long_flow(make_flow: MakeFlow) -> uuid.UUID:
+def long_flow(make_dag: MakeFlow) -> uuid.UUID:
     """250 steps in a chain, except that step 230 also merges step 5 (two pages back)."""
-    return make_flow(250, parents={230: [229, 5]})
+    return make_dag(250, parents={230: [229, 5]})
 
 
 def test_first_page_shows_steps_1_to_100_and_the_pager(operator_client: Client, long_flow: uuid.UUID) -> None:
@@ -408,13 +374,10 @@ def test_read_is_audited_once_with_the_operator_as_actor(
     assert event.payload == {"step_count": 50, "page": 3}
 
 
-def test_refused_reads_are_not_audited(patient: Patient, make_flow: MakeFlow) -> None:
-    flow_id = make_flow()
-    client = Client()
-    assert patient.user is not None
-    client.force_login(patient.user)
+def test_refused_reads_are_not_audited(patient_client: Client, make_dag: MakeFlow) -> None:
+    flow_id = make_dag()
 
-    client.get(page_url(flow_id))
+    patient_client.get(page_url(flow_id))
     Client().get(page_url(flow_id))
 
     assert not AuditEvent.objects.filter(action="admin.reasoning.flow.read").exists()
@@ -422,10 +385,10 @@ def test_refused_reads_are_not_audited(patient: Patient, make_flow: MakeFlow) ->
 
 @pytest.mark.parametrize("count", [5, 250])
 def test_query_count_does_not_grow_with_the_steps(
-    operator_client: Client, make_flow: MakeFlow, count: int, django_assert_num_queries: DjangoAssertNumQueries
+    operator_client: Client, make_dag: MakeFlow, count: int, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
     # A merge on the page, so the extra-parent subquery has something to find.
-    flow_id = make_flow(count, parents={4: [3, 1]})
+    flow_id = make_dag(count, parents={4: [3, 1]})
 
     # 1 session, 2 user (the operator gate); read_flow_page_for_admin: 3 savepoint,
     # 4 the flow, 5 the page's steps with their parents' positions (one join, one array

@@ -12,6 +12,7 @@ import time_machine
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
+from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
 
@@ -21,21 +22,6 @@ T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
 def detail_url(flow_id: str) -> str:
     return f"{LIST_URL}/{flow_id}"
-
-
-def open_flow(client: APIClient, **fields: Any) -> dict[str, Any]:
-    response = client.post("/api/reasoning/flows", {"trigger_type": "user_question", **fields}, format="json")
-    assert response.status_code == 201, response.content
-    result: dict[str, Any] = response.json()
-    return result
-
-
-def add_step(client: APIClient, flow_id: str, **fields: Any) -> dict[str, Any]:
-    body = {"kind": "retrieval", "agent": "researcher", "summary_text": "Retrieved guidelines", **fields}
-    response = client.post(f"/api/reasoning/flows/{flow_id}/steps", body, format="json")
-    assert response.status_code == 201, response.content
-    result: dict[str, Any] = response.json()
-    return result
 
 
 def ids(response: Any) -> list[str]:

@@ -35,7 +35,7 @@ def create_token(*args: str) -> tuple[str, list[str]]:
     return lines[-1], lines
 
 
-def open_flow(client: APIClient) -> Response:
+def post_flow(client: APIClient) -> Response:
     return client.post(FLOWS, FLOW_BODY, format="json")
 
 
@@ -55,7 +55,7 @@ def test_create_command_prints_a_working_token_alone_on_the_last_line(
     assert raw.startswith("rft_")
     assert raw == raw.strip() and " " not in raw
     assert len(lines) > 1 and all(raw not in line for line in lines[:-1])
-    response = open_flow(client_for(raw))
+    response = post_flow(client_for(raw))
     assert response.status_code == 201, response.content
     assert response.json()["agent"] == "researcher"
 
@@ -87,7 +87,7 @@ def test_the_stored_hash_is_not_itself_a_credential(db: None, client_for: Callab
     create_token("--name", "X", "--scopes", "reasoning.write")
     token_hash = ApiToken.objects.get(name="X").token_hash
 
-    assert_unauthorized(open_flow(client_for(token_hash)))
+    assert_unauthorized(post_flow(client_for(token_hash)))
 
 
 def test_create_command_with_an_unknown_scope_fails_and_creates_nothing(db: None) -> None:
@@ -115,7 +115,7 @@ def test_create_command_with_a_duplicate_name_fails_and_keeps_the_first_token(
 
     assert ApiToken.objects.filter(name="X").count() == 1
     assert ApiToken.objects.get(name="X").scopes == ["reasoning.write"]
-    assert open_flow(client_for(first)).status_code == 201
+    assert post_flow(client_for(first)).status_code == 201
 
 
 def test_create_command_rejects_a_non_positive_expiry(db: None) -> None:
@@ -129,11 +129,11 @@ def test_create_command_rejects_a_non_positive_expiry(db: None) -> None:
 
 
 def test_request_without_authorization_header_is_401_with_challenge(db: None, anonymous: APIClient) -> None:
-    assert_unauthorized(open_flow(anonymous))
+    assert_unauthorized(post_flow(anonymous))
 
 
 def test_request_with_an_unknown_token_is_401(db: None, client_for: Callable[[str | None], APIClient]) -> None:
-    response = open_flow(client_for("rft_not-a-real-token"))
+    response = post_flow(client_for("rft_not-a-real-token"))
 
     assert_unauthorized(response)
     assert response.json() == {"detail": "Invalid token."}
@@ -144,7 +144,7 @@ def test_malformed_bearer_header_is_401(db: None, header: str) -> None:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=header)
 
-    assert_unauthorized(open_flow(client))
+    assert_unauthorized(post_flow(client))
 
 
 def test_basic_scheme_is_401_even_with_a_valid_token(make_token: Callable[..., str]) -> None:
@@ -152,7 +152,7 @@ def test_basic_scheme_is_401_even_with_a_valid_token(make_token: Callable[..., s
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Basic {raw}")
 
-    assert_unauthorized(open_flow(client))
+    assert_unauthorized(post_flow(client))
 
 
 def test_bearer_scheme_is_case_insensitive(make_token: Callable[..., str]) -> None:
@@ -160,19 +160,19 @@ def test_bearer_scheme_is_case_insensitive(make_token: Callable[..., str]) -> No
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"bearer {raw}")
 
-    assert open_flow(client).status_code == 201
+    assert post_flow(client).status_code == 201
 
 
 def test_revoked_token_is_401(db: None, client_for: Callable[[str | None], APIClient]) -> None:
     raw, _ = create_token("--name", "X", "--scopes", "reasoning.write")
     client = client_for(raw)
-    assert open_flow(client).status_code == 201
+    assert post_flow(client).status_code == 201
 
     out = StringIO()
     call_command("revoke_api_token", "--name", "X", stdout=out)
 
     assert "revoked token 'X'" in out.getvalue()
-    response = open_flow(client)
+    response = post_flow(client)
     assert_unauthorized(response)
     assert response.json() == {"detail": "Token has been revoked."}
 
@@ -195,7 +195,7 @@ def test_token_created_with_a_past_expiry_is_401(
 ) -> None:
     raw = make_token("reasoning.write", expires_at=timezone.now() - timedelta(seconds=1))
 
-    response = open_flow(client_for(raw))
+    response = post_flow(client_for(raw))
 
     assert_unauthorized(response)
     assert response.json() == {"detail": "Token has expired."}
@@ -207,10 +207,10 @@ def test_token_works_until_its_expiry_and_is_401_after(db: None, client_for: Cal
         client = client_for(raw)
 
         traveller.shift(timedelta(hours=23, minutes=59))
-        assert open_flow(client).status_code == 201
+        assert post_flow(client).status_code == 201
 
         traveller.shift(timedelta(minutes=2))
-        response = open_flow(client)
+        response = post_flow(client)
 
     assert_unauthorized(response)
     assert response.json() == {"detail": "Token has expired."}
@@ -220,14 +220,14 @@ def test_token_works_until_its_expiry_and_is_401_after(db: None, client_for: Cal
 
 
 def test_token_without_write_scope_cannot_open_a_flow(reader: APIClient) -> None:
-    response = open_flow(reader)
+    response = post_flow(reader)
 
     assert response.status_code == 403
     assert response.json() == {"detail": "This route needs the 'reasoning.write' scope."}
 
 
 def test_admin_token_without_write_scope_cannot_open_a_flow(operator: APIClient) -> None:
-    response = open_flow(operator)
+    response = post_flow(operator)
 
     assert response.status_code == 403
     assert "reasoning.write" in response.json()["detail"]

@@ -17,13 +17,11 @@ from rest_framework.test import APIClient
 
 from pathways.models import Pathway
 from patients.models import Patient
-from patients.services import create_patient
 from reasoning import services
 from reasoning.dimensions import AXES, LABELS, is_radar
 from reasoning.models import ReasoningFlow
 from reasoning.radar import flow_radar
-from reasoning.services import create_api_token
-from tests.pathways.factories import make_pathway
+from tests.factories import make_pathway
 
 pytestmark = pytest.mark.django_db
 
@@ -110,19 +108,6 @@ def scores(radar: dict[str, dict[str, Any]]) -> dict[str, int]:
 def clock() -> Iterator[time_machine.Coordinates]:
     with time_machine.travel(T0, tick=False) as traveller:
         yield traveller
-
-
-@pytest.fixture
-def patient() -> Patient:
-    return create_patient(username="dims.patient", password="pw-dims-patient-1", actor="system:test", consent=True)
-
-
-@pytest.fixture
-def patient_app(patient: Patient) -> APIClient:
-    _, raw = create_api_token(name="dims-app", scopes=["reasoning.read"], patient_id=patient.pk, actor="system:test")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return client
 
 
 def read_dimensions(patient_app: APIClient, flow_id: str) -> dict[str, Any]:
@@ -366,9 +351,9 @@ def test_mature_family_gives_the_flow_maturity_of_at_least_4(agent: APIClient) -
 
 
 def test_narrative_serves_the_snapshot_with_patient_labels(
-    agent: APIClient, patient: Patient, patient_app: APIClient
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
-    flow_id = open_flow(agent, patient=patient)
+    flow_id = open_flow(agent, patient=consenting_patient)
     add_step(agent, flow_id, confidence=0.9)
     add_step(agent, flow_id, kind="verdict", by="critic", confidence=0.4, outputs={"verdict": "promote"})
     add_step(agent, flow_id, kind="verdict", by="researcher", confidence=0.9, outputs={"verdict": "promote"})
@@ -391,10 +376,10 @@ def test_narrative_serves_the_snapshot_with_patient_labels(
 
 
 def test_narrative_keeps_serving_the_snapshot_after_the_world_changes(
-    agent: APIClient, patient: Patient, patient_app: APIClient, clock: time_machine.Coordinates
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient, clock: time_machine.Coordinates
 ) -> None:
     ref = "portal/question/world-changes"
-    flow_id = open_flow(agent, trigger_ref=ref, patient=patient)
+    flow_id = open_flow(agent, trigger_ref=ref, patient=consenting_patient)
     add_step(agent, flow_id, confidence=0.9)
     close(agent, flow_id)
     at_close = read_dimensions(patient_app, flow_id)
@@ -418,10 +403,10 @@ def test_narrative_keeps_serving_the_snapshot_after_the_world_changes(
 
 @pytest.mark.parametrize("stored", [None, {}, {"confidence": {"score": 5, "bucket": "high"}}])
 def test_flow_closed_before_snapshots_existed_gets_a_computed_radar(
-    agent: APIClient, patient: Patient, patient_app: APIClient, clock: time_machine.Coordinates, stored: Any
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient, clock: time_machine.Coordinates, stored: Any
 ) -> None:
     ref = "portal/question/pre-snapshot"
-    flow_id = open_flow(agent, trigger_ref=ref, patient=patient)
+    flow_id = open_flow(agent, trigger_ref=ref, patient=consenting_patient)
     add_step(agent, flow_id, confidence=0.9)
     close(agent, flow_id)
     ReasoningFlow.objects.filter(pk=flow_id).update(dimensions_snapshot=stored)
@@ -441,9 +426,9 @@ def test_flow_closed_before_snapshots_existed_gets_a_computed_radar(
 
 
 def test_computed_radar_counts_the_reuse_and_demotion_of_the_pathway_the_flow_seeded(
-    agent: APIClient, patient: Patient, patient_app: APIClient
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
-    flow_id = open_flow(agent, trigger_type="lab_result", patient=patient)
+    flow_id = open_flow(agent, trigger_type="lab_result", patient=consenting_patient)
     add_step(agent, flow_id, confidence=0.95)
     close(agent, flow_id)
     flow = ReasoningFlow.objects.get(pk=flow_id)

@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow
 from reasoning.signals import flow_closed
+from tests.factories import add_step
 
 pytestmark = pytest.mark.django_db
 
@@ -23,14 +24,6 @@ ABORT = {"flow_state": "aborted", "abort_reason": "tool_error"}
 
 def flow_url(flow_id: str) -> str:
     return f"/api/reasoning/flows/{flow_id}"
-
-
-def add_step(client: APIClient, flow_id: str, confidence: float | None) -> None:
-    body: dict[str, Any] = {"kind": "retrieval", "agent": "researcher", "summary_text": "Looked up guidelines"}
-    if confidence is not None:
-        body["confidence"] = confidence
-    response = client.post(f"{flow_url(flow_id)}/steps", body, format="json")
-    assert response.status_code == 201, response.content
 
 
 def events(action: str) -> list[AuditEvent]:
@@ -54,7 +47,7 @@ def test_complete_is_200_and_sets_closed_at_and_outcome(agent: APIClient, flow: 
 
 def test_outcome_confidence_is_the_lowest_step_confidence(agent: APIClient, flow: dict[str, Any]) -> None:
     for confidence in (0.95, 0.72, 0.9):
-        add_step(agent, flow["id"], confidence)
+        add_step(agent, flow["id"], confidence=confidence)
 
     response = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
 
@@ -64,9 +57,9 @@ def test_outcome_confidence_is_the_lowest_step_confidence(agent: APIClient, flow
 
 
 def test_steps_without_confidence_do_not_lower_outcome_confidence(agent: APIClient, flow: dict[str, Any]) -> None:
-    add_step(agent, flow["id"], 0.95)
-    add_step(agent, flow["id"], None)
-    add_step(agent, flow["id"], 0.9)
+    add_step(agent, flow["id"], confidence=0.95)
+    add_step(agent, flow["id"])
+    add_step(agent, flow["id"], confidence=0.9)
 
     response = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
 
@@ -81,7 +74,7 @@ def test_outcome_confidence_is_null_for_a_flow_without_steps(agent: APIClient, f
 
 
 def test_abort_with_reason_is_200(agent: APIClient, flow: dict[str, Any]) -> None:
-    add_step(agent, flow["id"], 0.5)
+    add_step(agent, flow["id"], confidence=0.5)
 
     response = agent.patch(flow_url(flow["id"]), ABORT, format="json")
 
@@ -158,7 +151,7 @@ def test_flow_state_other_than_completed_or_aborted_is_400(agent: APIClient, flo
 
 
 def test_complete_audits_flow_completed(agent: APIClient, flow: dict[str, Any]) -> None:
-    add_step(agent, flow["id"], 0.8)
+    add_step(agent, flow["id"], confidence=0.8)
 
     agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
 
@@ -296,7 +289,7 @@ def test_tiny_step_confidence_closes_the_flow_and_is_audited_without_exponent(
 ) -> None:
     # Python writes 1e-05 in exponent notation, which jsonb would not give back as written:
     # the audit payload carries the nearest value record() accepts; the flow keeps the exact one.
-    add_step(agent, flow["id"], confidence)
+    add_step(agent, flow["id"], confidence=confidence)
 
     response = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
 

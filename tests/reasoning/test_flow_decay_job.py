@@ -17,6 +17,7 @@ from audit.models import AuditEvent
 from reasoning.jobs import decay_stale_flows
 from reasoning.management.commands.setup_schedules import collect_schedules
 from reasoning.models import ReasoningFlow
+from tests.factories import open_flow
 
 pytestmark = pytest.mark.django_db
 
@@ -33,10 +34,8 @@ def clock() -> Iterator[time_machine.Coordinates]:
 def open_flow_at(client: APIClient, clock: time_machine.Coordinates, age: timedelta, **fields: Any) -> str:
     """Open a flow ``age`` before NOW, leaving the clock at NOW."""
     clock.move_to(NOW - age)
-    response = client.post("/api/reasoning/flows", {"trigger_type": "user_question", **fields}, format="json")
-    assert response.status_code == 201, response.content
+    flow_id: str = open_flow(client, **fields)["id"]
     clock.move_to(NOW)
-    flow_id: str = response.json()["id"]
     return flow_id
 
 

@@ -15,6 +15,7 @@ import time_machine
 from rest_framework.test import APIClient
 
 from reasoning.models import ReasoningFlow
+from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
 
@@ -32,19 +33,6 @@ def unique_label(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
-def open_flow(client: APIClient, trigger_type: str, **fields: Any) -> str:
-    response = client.post("/api/reasoning/flows", {"trigger_type": trigger_type, **fields}, format="json")
-    assert response.status_code == 201, response.content
-    flow_id: str = response.json()["id"]
-    return flow_id
-
-
-def add_step(client: APIClient, flow_id: str, kind: str = "retrieval", agent: str = "researcher") -> None:
-    body = {"kind": kind, "agent": agent, "summary_text": "Checked the guideline"}
-    response = client.post(f"/api/reasoning/flows/{flow_id}/steps", body, format="json")
-    assert response.status_code == 201, response.content
-
-
 def close(client: APIClient, flow_id: str, body: dict[str, str]) -> Any:
     return client.patch(f"/api/reasoning/flows/{flow_id}", body, format="json")
 
@@ -58,9 +46,9 @@ def test_opening_a_flow_counts_flow_started_by_trigger_type(agent: APIClient, me
     other = unique_label("other")
     before = metric_snapshot()
 
-    open_flow(agent, trigger)
-    open_flow(agent, trigger)
-    open_flow(agent, other)
+    open_flow(agent, trigger_type=trigger)
+    open_flow(agent, trigger_type=trigger)
+    open_flow(agent, trigger_type=other)
 
     after = metric_snapshot()
     assert delta(before, after, "reasoning.flow.started", trigger_type=trigger) == 2
@@ -114,7 +102,7 @@ def test_completing_a_flow_counts_flow_completed_with_outcome_trigger_and_summar
     agent: APIClient, metric_snapshot: Snapshot
 ) -> None:
     trigger = unique_label("completed")
-    flow_id = open_flow(agent, trigger)
+    flow_id = open_flow(agent, trigger_type=trigger)["id"]
     add_step(agent, flow_id)
     before = metric_snapshot()
 
@@ -129,7 +117,7 @@ def test_completing_a_flow_counts_flow_completed_with_outcome_trigger_and_summar
 
 def test_aborting_a_flow_counts_flow_aborted_not_completed(agent: APIClient, metric_snapshot: Snapshot) -> None:
     trigger = unique_label("aborted")
-    flow_id = open_flow(agent, trigger)
+    flow_id = open_flow(agent, trigger_type=trigger)["id"]
     before = metric_snapshot()
 
     assert close(agent, flow_id, ABORT).status_code == 200
@@ -141,7 +129,7 @@ def test_aborting_a_flow_counts_flow_aborted_not_completed(agent: APIClient, met
 
 def test_second_close_is_not_counted(agent: APIClient, metric_snapshot: Snapshot) -> None:
     trigger = unique_label("twice")
-    flow_id = open_flow(agent, trigger)
+    flow_id = open_flow(agent, trigger_type=trigger)["id"]
     assert close(agent, flow_id, COMPLETE).status_code == 200
     before = metric_snapshot()
 
@@ -159,7 +147,7 @@ def test_close_records_latency_with_step_count_bucket(
 ) -> None:
     trigger = unique_label("latency")
     with time_machine.travel(T0, tick=False):
-        flow_id = open_flow(agent, trigger)
+        flow_id = open_flow(agent, trigger_type=trigger)["id"]
         for _ in range(steps):
             add_step(agent, flow_id)
     before = metric_snapshot()
@@ -175,7 +163,7 @@ def test_close_records_latency_with_step_count_bucket(
 
 def test_aborted_flow_also_records_latency(agent: APIClient, metric_snapshot: Snapshot) -> None:
     trigger = unique_label("abort_latency")
-    flow_id = open_flow(agent, trigger)
+    flow_id = open_flow(agent, trigger_type=trigger)["id"]
     add_step(agent, flow_id)
     before = metric_snapshot()
 

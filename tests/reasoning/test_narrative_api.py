@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.test import Client
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
@@ -83,28 +83,6 @@ def bound_client(patient: Patient, name: str) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     return client
-
-
-@pytest.fixture
-def patient() -> Patient:
-    """A consenting patient."""
-    return new_patient("casey", consent=True)
-
-
-@pytest.fixture
-def patient_app(patient: Patient) -> APIClient:
-    """The consenting patient's app: a reasoning.read token bound to them."""
-    return bound_client(patient, "casey-app")
-
-
-@pytest.fixture
-def non_consenting() -> Patient:
-    return new_patient("robin", consent=False)
-
-
-@pytest.fixture
-def non_consenting_app(non_consenting: Patient) -> APIClient:
-    return bound_client(non_consenting, "robin-app")
 
 
 @pytest.fixture
@@ -211,9 +189,9 @@ def all_audit_text() -> str:
 
 
 def test_patient_reads_the_narrative_of_a_completed_flow(
-    agent: APIClient, patient: Patient, patient_app: APIClient
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
-    recorded = record_flow(agent, patient)
+    recorded = record_flow(agent, consenting_patient)
 
     response = patient_app.get(flow_url(recorded.flow_id))
 
@@ -233,9 +211,9 @@ def test_patient_reads_the_narrative_of_a_completed_flow(
 
 
 def test_narrative_carries_no_ids_inputs_outputs_rationale_or_raw_reasoning(
-    agent: APIClient, patient: Patient, patient_app: APIClient
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
-    recorded = record_flow(agent, patient)
+    recorded = record_flow(agent, consenting_patient)
 
     response = patient_app.get(flow_url(recorded.flow_id))
 
@@ -250,7 +228,7 @@ def test_narrative_carries_no_ids_inputs_outputs_rationale_or_raw_reasoning(
     for hidden in (
         TRACE_ID,
         SESSION_ID,
-        str(patient.pk),
+        str(consenting_patient.pk),
         "portal/question/881",
         RATIONALE,
         INPUT_VALUE,
@@ -263,11 +241,11 @@ def test_narrative_carries_no_ids_inputs_outputs_rationale_or_raw_reasoning(
 
 
 def test_unknown_agent_label_is_shown_capitalised_with_spaces(
-    agent: APIClient, patient: Patient, patient_app: APIClient
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
-    flow_id = agent.post(FLOWS, {"trigger_type": "user_question", "patient_id": str(patient.pk)}, format="json").json()[
-        "id"
-    ]
+    flow_id = agent.post(
+        FLOWS, {"trigger_type": "user_question", "patient_id": str(consenting_patient.pk)}, format="json"
+    ).json()["id"]
     step = agent.post(
         f"{flow_url(flow_id)}/steps",
         {"kind": "tool_call", "agent": "dose_checker", "summary_text": "Weighed the evidence"},
@@ -281,8 +259,10 @@ def test_unknown_agent_label_is_shown_capitalised_with_spaces(
     assert [card["agent"] for card in body["steps"]] == ["Dose checker"]
 
 
-def test_flow_without_steps_has_an_empty_step_list(agent: APIClient, patient: Patient, patient_app: APIClient) -> None:
-    recorded = record_flow(agent, patient, summaries=[])
+def test_flow_without_steps_has_an_empty_step_list(
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
+) -> None:
+    recorded = record_flow(agent, consenting_patient, summaries=[])
 
     response = patient_app.get(flow_url(recorded.flow_id))
 
@@ -305,10 +285,10 @@ CONCLUSION_STEP = "Concluded that a follow-up visit is the right next step"
     ],
 )
 def test_aborted_flow_says_it_stopped_before_a_decision_and_recommended_nothing(
-    agent: APIClient, patient: Patient, patient_app: APIClient, abort_reason: str, code: str, sentence: str
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient, abort_reason: str, code: str, sentence: str
 ) -> None:
     recorded = record_flow(
-        agent, patient, summaries=["Reviewed recent medications", CONCLUSION_STEP], abort_reason=abort_reason
+        agent, consenting_patient, summaries=["Reviewed recent medications", CONCLUSION_STEP], abort_reason=abort_reason
     )
 
     response = patient_app.get(flow_url(recorded.flow_id))
@@ -331,9 +311,9 @@ def test_aborted_flow_says_it_stopped_before_a_decision_and_recommended_nothing(
 
 
 def test_free_text_abort_reason_is_never_shown_to_the_patient(
-    agent: APIClient, patient: Patient, patient_app: APIClient
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
-    recorded = record_flow(agent, patient, abort_reason="EHR lookup crashed on chart-7781")
+    recorded = record_flow(agent, consenting_patient, abort_reason="EHR lookup crashed on chart-7781")
 
     response = patient_app.get(flow_url(recorded.flow_id))
 
@@ -344,9 +324,9 @@ def test_free_text_abort_reason_is_never_shown_to_the_patient(
 
 
 def test_completed_flow_reached_a_decision_and_keeps_its_outcome_and_radar(
-    agent: APIClient, patient: Patient, patient_app: APIClient
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
-    recorded = record_flow(agent, patient)
+    recorded = record_flow(agent, consenting_patient)
 
     body = patient_app.get(flow_url(recorded.flow_id)).json()
 
@@ -359,12 +339,12 @@ def test_completed_flow_reached_a_decision_and_keeps_its_outcome_and_radar(
 
 @pytest.mark.parametrize("abort_reason", [None, "tool_error"], ids=["completed", "aborted"])
 def test_narrative_body_is_exactly_what_openapi_documents(
-    agent: APIClient, patient: Patient, patient_app: APIClient, abort_reason: str | None
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient, abort_reason: str | None
 ) -> None:
     schema = APIClient().get("/api/schema/?format=json").json()
     documented = schema["paths"]["/api/reasoning/flows/{flow_id}"]["get"]["responses"]
-    recorded = record_flow(agent, patient, abort_reason=abort_reason)
-    active = record_flow(agent, patient, close=False)
+    recorded = record_flow(agent, consenting_patient, abort_reason=abort_reason)
+    active = record_flow(agent, consenting_patient, close=False)
 
     served = patient_app.get(flow_url(recorded.flow_id))
     pending = patient_app.get(flow_url(active.flow_id))
@@ -378,9 +358,9 @@ def test_narrative_body_is_exactly_what_openapi_documents(
 
 
 def test_active_flow_is_202_with_the_step_count_so_far(
-    agent: APIClient, patient: Patient, patient_app: APIClient
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
-    recorded = record_flow(agent, patient, close=False)
+    recorded = record_flow(agent, consenting_patient, close=False)
 
     response = patient_app.get(flow_url(recorded.flow_id))
 
@@ -398,9 +378,9 @@ def test_active_flow_is_202_with_the_step_count_so_far(
 
 
 def test_flow_with_a_dose_in_a_step_summary_is_403_unsafe_summary(
-    agent: APIClient, patient: Patient, patient_app: APIClient
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
-    recorded = record_flow(agent, patient, summaries=["Reviewed recent medications", UNSAFE_STEP])
+    recorded = record_flow(agent, consenting_patient, summaries=["Reviewed recent medications", UNSAFE_STEP])
     stored = ReasoningFlow.objects.get(pk=recorded.flow_id)
     assert stored.patient_safe_summary is False
     assert stored.summary_guard_rule == "medication_dose"
@@ -415,9 +395,9 @@ def test_flow_with_a_dose_in_a_step_summary_is_403_unsafe_summary(
 
 
 def test_non_consenting_patient_is_403_no_consent(
-    agent: APIClient, non_consenting: Patient, non_consenting_app: APIClient
+    agent: APIClient, non_consenting_patient: Patient, non_consenting_app: APIClient
 ) -> None:
-    recorded = record_flow(agent, non_consenting)
+    recorded = record_flow(agent, non_consenting_patient)
 
     response = non_consenting_app.get(flow_url(recorded.flow_id))
 
@@ -427,20 +407,22 @@ def test_non_consenting_patient_is_403_no_consent(
 
 
 def test_revoked_consent_is_403_no_consent_on_the_next_read(
-    agent: APIClient, patient: Patient, patient_app: APIClient
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
-    recorded = record_flow(agent, patient)
+    recorded = record_flow(agent, consenting_patient)
     assert patient_app.get(flow_url(recorded.flow_id)).status_code == 200
 
-    set_reasoning_read_consent(patient.pk, granted=False, actor="user:test")
+    set_reasoning_read_consent(consenting_patient.pk, granted=False, actor="user:test")
     response = patient_app.get(flow_url(recorded.flow_id))
 
     assert response.status_code == 403, response.content
     assert response.json()["reason"] == "no_consent"
 
 
-def test_unbound_read_token_is_403_not_patient(agent: APIClient, patient: Patient, reader: APIClient) -> None:
-    recorded = record_flow(agent, patient)
+def test_unbound_read_token_is_403_not_patient(
+    agent: APIClient, consenting_patient: Patient, reader: APIClient
+) -> None:
+    recorded = record_flow(agent, consenting_patient)
 
     response = reader.get(flow_url(recorded.flow_id))
 
@@ -449,8 +431,8 @@ def test_unbound_read_token_is_403_not_patient(agent: APIClient, patient: Patien
     assert TRIGGER not in response.content.decode()
 
 
-def test_agent_token_without_the_read_scope_is_403(agent: APIClient, patient: Patient) -> None:
-    recorded = record_flow(agent, patient)
+def test_agent_token_without_the_read_scope_is_403(agent: APIClient, consenting_patient: Patient) -> None:
+    recorded = record_flow(agent, consenting_patient)
 
     response = agent.get(flow_url(recorded.flow_id))
 
@@ -459,13 +441,12 @@ def test_agent_token_without_the_read_scope_is_403(agent: APIClient, patient: Pa
     assert TRIGGER not in response.content.decode()
 
 
-def test_logged_in_user_who_is_not_a_patient_is_403_not_patient(agent: APIClient, patient: Patient) -> None:
-    recorded = record_flow(agent, patient)
-    staff = get_user_model().objects.create_user(username="clinician", password="pw-clin-1")
-    client = APIClient()
-    client.force_login(staff)
+def test_logged_in_user_who_is_not_a_patient_is_403_not_patient(
+    agent: APIClient, consenting_patient: Patient, outsider_client: Client
+) -> None:
+    recorded = record_flow(agent, consenting_patient)
 
-    response = client.get(flow_url(recorded.flow_id))
+    response = outsider_client.get(flow_url(recorded.flow_id))
 
     assert response.status_code == 403, response.content
     assert response.json()["reason"] == "not_patient"
@@ -475,7 +456,7 @@ def test_logged_in_user_who_is_not_a_patient_is_403_not_patient(agent: APIClient
 
 
 def test_another_patients_flow_is_404_exactly_like_an_unknown_flow(
-    agent: APIClient, patient: Patient, other_patient: Patient, patient_app: APIClient
+    agent: APIClient, consenting_patient: Patient, other_patient: Patient, patient_app: APIClient
 ) -> None:
     theirs = record_flow(agent, other_patient)
 
@@ -488,8 +469,10 @@ def test_another_patients_flow_is_404_exactly_like_an_unknown_flow(
     assert TRIGGER not in response.content.decode()
 
 
-def test_request_without_credentials_is_401(agent: APIClient, patient: Patient, anonymous: APIClient) -> None:
-    recorded = record_flow(agent, patient)
+def test_request_without_credentials_is_401(
+    agent: APIClient, consenting_patient: Patient, anonymous: APIClient
+) -> None:
+    recorded = record_flow(agent, consenting_patient)
 
     response = anonymous.get(flow_url(recorded.flow_id))
 
@@ -500,29 +483,25 @@ def test_request_without_credentials_is_401(agent: APIClient, patient: Patient, 
 # --- Session ----------------------------------------------------------------------------------
 
 
-def test_patient_session_reads_its_own_narrative(agent: APIClient, patient: Patient) -> None:
-    recorded = record_flow(agent, patient)
-    client = APIClient()
-    assert patient.user is not None
-    client.force_login(patient.user)
+def test_patient_session_reads_its_own_narrative(
+    agent: APIClient, consenting_patient: Patient, patient_client: Client
+) -> None:
+    recorded = record_flow(agent, consenting_patient)
 
-    response = client.get(flow_url(recorded.flow_id))
+    response = patient_client.get(flow_url(recorded.flow_id))
 
     assert response.status_code == 200, response.content
     assert response.json()["trigger_summary"] == TRIGGER
     (event,) = read_events()
-    assert event.actor == f"user:{patient.user.pk}"
+    assert event.actor == f"user:{consenting_patient.user_id}"
 
 
 def test_patient_session_gets_404_for_another_patients_flow(
-    agent: APIClient, patient: Patient, other_patient: Patient
+    agent: APIClient, other_patient: Patient, patient_client: Client
 ) -> None:
     theirs = record_flow(agent, other_patient)
-    client = APIClient()
-    assert patient.user is not None
-    client.force_login(patient.user)
 
-    response = client.get(flow_url(theirs.flow_id))
+    response = patient_client.get(flow_url(theirs.flow_id))
 
     assert response.status_code == 404, response.content
 
@@ -532,13 +511,13 @@ def test_patient_session_gets_404_for_another_patients_flow(
 
 def test_31st_read_within_5_minutes_is_429_and_allowed_again_5_minutes_later(
     agent: APIClient,
-    patient: Patient,
+    consenting_patient: Patient,
     patient_app: APIClient,
     other_patient: Patient,
     other_app: APIClient,
 ) -> None:
     with time_machine.travel(T0, tick=False) as clock:
-        recorded = record_flow(agent, patient)
+        recorded = record_flow(agent, consenting_patient)
         theirs = record_flow(agent, other_patient)
         for minute in range(30):
             clock.move_to(T0 + timedelta(seconds=minute * 9))  # 30 reads spread over 4.5 minutes
@@ -571,20 +550,20 @@ def test_31st_read_within_5_minutes_is_429_and_allowed_again_5_minutes_later(
 )
 def test_each_read_is_audited_with_its_outcome(
     agent: APIClient,
-    patient: Patient,
+    consenting_patient: Patient,
     patient_app: APIClient,
-    non_consenting: Patient,
+    non_consenting_patient: Patient,
     non_consenting_app: APIClient,
     scenario: str,
     status: int,
     outcome: str,
 ) -> None:
     if scenario == "no_consent":
-        recorded, client = record_flow(agent, non_consenting), non_consenting_app
+        recorded, client = record_flow(agent, non_consenting_patient), non_consenting_app
     elif scenario == "unsafe":
-        recorded, client = record_flow(agent, patient, summaries=[UNSAFE_STEP]), patient_app
+        recorded, client = record_flow(agent, consenting_patient, summaries=[UNSAFE_STEP]), patient_app
     else:
-        recorded, client = record_flow(agent, patient, close=scenario != "active"), patient_app
+        recorded, client = record_flow(agent, consenting_patient, close=scenario != "active"), patient_app
 
     response = client.get(flow_url(recorded.flow_id))
 
@@ -595,10 +574,12 @@ def test_each_read_is_audited_with_its_outcome(
     assert event.actor.startswith("token:")
 
 
-def test_unbound_token_read_is_audited_as_a_denial(agent: APIClient, patient: Patient, reader: APIClient) -> None:
+def test_unbound_token_read_is_audited_as_a_denial(
+    agent: APIClient, consenting_patient: Patient, reader: APIClient
+) -> None:
     # narrative.py: "Every answer other than 404 is audited as patient.reasoning.flow.read
     # with its outcome" -- the not_patient 403 included.
-    recorded = record_flow(agent, patient)
+    recorded = record_flow(agent, consenting_patient)
 
     response = reader.get(flow_url(recorded.flow_id))
 
@@ -611,15 +592,15 @@ def test_unbound_token_read_is_audited_as_a_denial(agent: APIClient, patient: Pa
 
 def test_audit_payloads_never_carry_summary_text(
     agent: APIClient,
-    patient: Patient,
+    consenting_patient: Patient,
     patient_app: APIClient,
-    non_consenting: Patient,
+    non_consenting_patient: Patient,
     non_consenting_app: APIClient,
 ) -> None:
-    served = record_flow(agent, patient)
-    unsafe = record_flow(agent, patient, summaries=[UNSAFE_STEP])
-    active = record_flow(agent, patient, close=False)
-    no_consent = record_flow(agent, non_consenting)
+    served = record_flow(agent, consenting_patient)
+    unsafe = record_flow(agent, consenting_patient, summaries=[UNSAFE_STEP])
+    active = record_flow(agent, consenting_patient, close=False)
+    no_consent = record_flow(agent, non_consenting_patient)
 
     statuses = [
         patient_app.get(flow_url(served.flow_id)).status_code,
@@ -640,9 +621,9 @@ def test_audit_payloads_never_carry_summary_text(
 
 
 def test_create_api_token_with_patient_prints_a_token_that_reads_the_narrative(
-    agent: APIClient, patient: Patient, client_for: Callable[[str | None], APIClient]
+    agent: APIClient, consenting_patient: Patient, client_for: Callable[[str | None], APIClient]
 ) -> None:
-    recorded = record_flow(agent, patient)
+    recorded = record_flow(agent, consenting_patient)
     out = StringIO()
 
     call_command(
@@ -650,14 +631,14 @@ def test_create_api_token_with_patient_prints_a_token_that_reads_the_narrative(
         "--name",
         "casey-phone",
         "--patient",
-        str(patient.pk),
+        str(consenting_patient.pk),
         "--scopes",
         "reasoning.read",
         stdout=out,
     )
 
     raw = out.getvalue().splitlines()[-1]
-    assert ApiToken.objects.get(name="casey-phone").patient_id == patient.pk
+    assert ApiToken.objects.get(name="casey-phone").patient_id == consenting_patient.pk
     response = client_for(raw).get(flow_url(recorded.flow_id))
     assert response.status_code == 200, response.content
     assert response.json()["trigger_summary"] == TRIGGER
@@ -666,14 +647,16 @@ def test_create_api_token_with_patient_prints_a_token_that_reads_the_narrative(
 @pytest.mark.parametrize(
     "scopes", ["reasoning.write", "reasoning.read,reasoning.write", "reasoning.read,reasoning.admin"]
 )
-def test_binding_a_token_with_more_than_read_to_a_patient_is_a_command_error(patient: Patient, scopes: str) -> None:
+def test_binding_a_token_with_more_than_read_to_a_patient_is_a_command_error(
+    consenting_patient: Patient, scopes: str
+) -> None:
     with pytest.raises(CommandError, match="scopes"):
         call_command(
             "create_api_token",
             "--name",
             "casey-bad",
             "--patient",
-            str(patient.pk),
+            str(consenting_patient.pk),
             "--scopes",
             scopes,
             stdout=StringIO(),

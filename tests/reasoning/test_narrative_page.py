@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 from pytest_django import DjangoAssertNumQueries
 
 from audit.models import AuditEvent
 from patients.models import Patient
-from patients.services import create_patient
-from reasoning import services
 from reasoning.access import NarrativeReadThrottle
 from reasoning.narrative import DISCLAIMER
+from tests.factories import SAFE_STEPS, logged_in, make_flow
 
 pytestmark = pytest.mark.django_db
-
-SAFE_STEPS = ("Reviewed recent lab results", "Compared them with the care guideline")
-MakeFlow = Callable[..., uuid.UUID]
 
 
 def page_url(decision_id: object) -> str:
@@ -38,72 +32,7 @@ def html(response: _Response) -> str:
     return response.content.decode()
 
 
-@pytest.fixture
-def consenting_patient() -> Patient:
-    return create_patient(
-        username="ada.patient",
-        password="correct horse battery",
-        consent=True,
-        actor="system:test",
-        name="Ada Lovelace",
-        mrn="MRN-4455",
-    )
-
-
-@pytest.fixture
-def non_consenting_patient() -> Patient:
-    return create_patient(username="grace", password="correct horse battery", consent=False, actor="system:test")
-
-
-@pytest.fixture
-def make_flow() -> MakeFlow:
-    """Open a flow about ``patient`` with one step per summary; close it unless ``close`` is False
-    (aborted with ``abort_reason`` when one is given, else completed)."""
-
-    def make(
-        patient: Patient,
-        summaries: Sequence[str] = SAFE_STEPS,
-        *,
-        close: bool = True,
-        abort_reason: str | None = None,
-    ) -> uuid.UUID:
-        flow, _ = services.start_flow(
-            {
-                "trigger_type": "lab_result",
-                "trigger_ref": "labs/1",
-                "trigger_summary": "A new lab result arrived",
-                "agent": "researcher",
-                "patient_id": patient.pk,
-            },
-            actor="system:test",
-        )
-        for summary in summaries:
-            services.add_step(
-                flow.pk, {"kind": "retrieval", "agent": "researcher", "summary_text": summary}, actor="system:test"
-            )
-        if close and abort_reason is not None:
-            services.close_flow(flow.pk, state="aborted", actor="system:test", abort_reason=abort_reason)
-        elif close:
-            services.close_flow(
-                flow.pk,
-                state="completed",
-                actor="system:test",
-                outcome_type="recommendation_delivered",
-                outcome_summary="Suggested a follow-up visit",
-            )
-        return flow.pk
-
-    return make
-
-
-def logged_in(patient: Patient) -> Client:
-    client = Client()
-    assert patient.user is not None
-    client.force_login(patient.user)
-    return client
-
-
-def test_anonymous_is_redirected_to_login(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+def test_anonymous_is_redirected_to_login(consenting_patient: Patient) -> None:
     flow_id = make_flow(consenting_patient)
 
     response = Client().get(page_url(flow_id))
@@ -112,7 +41,7 @@ def test_anonymous_is_redirected_to_login(consenting_patient: Patient, make_flow
     assert response["Location"] == f"/accounts/login/?next=/dashboard/reasoning/{flow_id}"
 
 
-def test_consenting_patient_sees_their_safe_narrative(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+def test_consenting_patient_sees_their_safe_narrative(consenting_patient: Patient) -> None:
     flow_id = make_flow(consenting_patient)
 
     response = logged_in(consenting_patient).get(page_url(flow_id))
@@ -129,7 +58,7 @@ def test_consenting_patient_sees_their_safe_narrative(consenting_patient: Patien
     assert re.search(r'<time datetime="\d{4}-\d\d-\d\dT[^"]+">\d{1,2} \w+ \d{4}, \d\d:\d\d UTC</time>', body)
 
 
-def test_completed_flow_reads_as_a_decision_with_its_radar(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+def test_completed_flow_reads_as_a_decision_with_its_radar(consenting_patient: Patient) -> None:
     body = html(logged_in(consenting_patient).get(page_url(make_flow(consenting_patient))))
 
     assert "How this decision was reached" in body
@@ -151,7 +80,7 @@ CONCLUSION_STEP = "Concluded that a follow-up visit is the right next step"
     ],
 )
 def test_aborted_flow_says_it_stopped_before_a_decision_and_recommended_nothing(
-    consenting_patient: Patient, make_flow: MakeFlow, abort_reason: str, reason_text: str
+    consenting_patient: Patient, abort_reason: str, reason_text: str
 ) -> None:
     flow_id = make_flow(consenting_patient, ["Reviewed recent lab results", CONCLUSION_STEP], abort_reason=abort_reason)
 
@@ -177,7 +106,7 @@ def test_aborted_flow_says_it_stopped_before_a_decision_and_recommended_nothing(
     assert DISCLAIMER in body
 
 
-def test_served_read_is_audited_for_the_logged_in_user(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+def test_served_read_is_audited_for_the_logged_in_user(consenting_patient: Patient) -> None:
     flow_id = make_flow(consenting_patient)
 
     logged_in(consenting_patient).get(page_url(flow_id))
@@ -188,7 +117,7 @@ def test_served_read_is_audited_for_the_logged_in_user(consenting_patient: Patie
     assert event.payload["outcome"] == "served"
 
 
-def test_narrative_page_shows_no_phi(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+def test_narrative_page_shows_no_phi(consenting_patient: Patient) -> None:
     flow_id = make_flow(consenting_patient)
 
     body = html(logged_in(consenting_patient).get(page_url(flow_id)))
@@ -198,9 +127,7 @@ def test_narrative_page_shows_no_phi(consenting_patient: Patient, make_flow: Mak
     assert "ada.patient" not in body  # not even the username in the header
 
 
-def test_active_flow_shows_still_working_banner_with_step_count(
-    consenting_patient: Patient, make_flow: MakeFlow
-) -> None:
+def test_active_flow_shows_still_working_banner_with_step_count(consenting_patient: Patient) -> None:
     flow_id = make_flow(consenting_patient, close=False)
 
     response = logged_in(consenting_patient).get(page_url(flow_id))
@@ -213,7 +140,7 @@ def test_active_flow_shows_still_working_banner_with_step_count(
     assert SAFE_STEPS[0] not in body
 
 
-def test_active_flow_with_one_step_says_step_singular(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+def test_active_flow_with_one_step_says_step_singular(consenting_patient: Patient) -> None:
     flow_id = make_flow(consenting_patient, ["Reviewed recent lab results"], close=False)
 
     body = html(logged_in(consenting_patient).get(page_url(flow_id)))
@@ -221,7 +148,7 @@ def test_active_flow_with_one_step_says_step_singular(consenting_patient: Patien
     assert "So far 1 step has been completed" in body
 
 
-def test_unsafe_summary_asks_care_team_with_403(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+def test_unsafe_summary_asks_care_team_with_403(consenting_patient: Patient) -> None:
     flow_id = make_flow(consenting_patient, ["Reviewed recent lab results", "Reviewed metformin 500mg"])
 
     response = logged_in(consenting_patient).get(page_url(flow_id))
@@ -233,7 +160,7 @@ def test_unsafe_summary_asks_care_team_with_403(consenting_patient: Patient, mak
     assert "Reviewed recent lab results" not in body
 
 
-def test_no_consent_is_403_with_link_to_profile(non_consenting_patient: Patient, make_flow: MakeFlow) -> None:
+def test_no_consent_is_403_with_link_to_profile(non_consenting_patient: Patient) -> None:
     flow_id = make_flow(non_consenting_patient)
 
     response = logged_in(non_consenting_patient).get(page_url(flow_id))
@@ -245,9 +172,7 @@ def test_no_consent_is_403_with_link_to_profile(non_consenting_patient: Patient,
     assert SAFE_STEPS[0] not in body
 
 
-def test_another_patients_flow_is_404(
-    consenting_patient: Patient, non_consenting_patient: Patient, make_flow: MakeFlow
-) -> None:
+def test_another_patients_flow_is_404(consenting_patient: Patient, non_consenting_patient: Patient) -> None:
     someone_elses = make_flow(non_consenting_patient)
 
     response = logged_in(consenting_patient).get(page_url(someone_elses))
@@ -268,13 +193,11 @@ def test_unknown_or_malformed_id_is_404_page(consenting_patient: Patient, decisi
 
 
 def test_logged_in_non_patient_is_403_and_asked_to_see_care_team(
-    consenting_patient: Patient, make_flow: MakeFlow
+    consenting_patient: Patient, outsider_client: Client
 ) -> None:
     flow_id = make_flow(consenting_patient)
-    client = Client()
-    client.force_login(get_user_model().objects.create_user(username="clerk", password="correct horse battery"))
 
-    response = client.get(page_url(flow_id))
+    response = outsider_client.get(page_url(flow_id))
 
     assert response.status_code == 403
     body = html(response)
@@ -282,9 +205,7 @@ def test_logged_in_non_patient_is_403_and_asked_to_see_care_team(
     assert SAFE_STEPS[0] not in body
 
 
-def test_reads_past_the_limit_are_429(
-    consenting_patient: Patient, make_flow: MakeFlow, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_reads_past_the_limit_are_429(consenting_patient: Patient, monkeypatch: pytest.MonkeyPatch) -> None:
     # The page shares the API's per-caller throttle; lower it instead of making 31 reads.
     monkeypatch.setattr(NarrativeReadThrottle, "rate", "1/5m")
     flow_id = make_flow(consenting_patient)
@@ -298,7 +219,7 @@ def test_reads_past_the_limit_are_429(
     assert "try again in a few minutes" in html(response)
 
 
-def test_page_loads_htmx_only_from_vendored_static(consenting_patient: Patient, make_flow: MakeFlow) -> None:
+def test_page_loads_htmx_only_from_vendored_static(consenting_patient: Patient) -> None:
     flow_id = make_flow(consenting_patient)
 
     body = html(logged_in(consenting_patient).get(page_url(flow_id)))
@@ -308,7 +229,7 @@ def test_page_loads_htmx_only_from_vendored_static(consenting_patient: Patient, 
 
 
 def test_narrative_page_query_count(
-    consenting_patient: Patient, make_flow: MakeFlow, django_assert_num_queries: DjangoAssertNumQueries
+    consenting_patient: Patient, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
     flow_id = make_flow(consenting_patient)
     client = logged_in(consenting_patient)

@@ -19,10 +19,9 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from audit.services import record as audit_record
 from patients.models import Patient
-from patients.services import create_patient
 from reasoning.jobs import purge_reasoning_content
 from reasoning.models import ReasoningStep
-from reasoning.services import create_api_token
+from tests.factories import open_flow
 
 pytestmark = pytest.mark.django_db
 
@@ -48,13 +47,6 @@ def cot_reader(make_token: Callable[..., str], client_for: Callable[[str | None]
 def clock() -> Iterator[time_machine.Coordinates]:
     with time_machine.travel(NOW, tick=False) as traveller:
         yield traveller
-
-
-def open_flow(agent: APIClient, **fields: Any) -> str:
-    response = agent.post(FLOWS, {"trigger_type": "user_question", "agent": "researcher", **fields}, format="json")
-    assert response.status_code == 201, response.content
-    flow_id: str = response.json()["id"]
-    return flow_id
 
 
 def step_body(summary: str = "Weighed the evidence", **fields: Any) -> dict[str, Any]:
@@ -98,17 +90,6 @@ def audit_text() -> str:
     return "\n".join(parts)
 
 
-def consenting_patient() -> Patient:
-    return create_patient(username="casey", password="pw-casey-1", actor="system:test", consent=True)
-
-
-def patient_client(patient: Patient) -> APIClient:
-    _, raw = create_api_token(name="casey-app", scopes=["reasoning.read"], patient_id=patient.pk, actor="system:test")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return client
-
-
 def events(action: str) -> list[AuditEvent]:
     return list(AuditEvent.objects.filter(action=action).order_by("id"))
 
@@ -117,7 +98,7 @@ def events(action: str) -> list[AuditEvent]:
 
 
 def test_reasoning_content_is_stored_encrypted_with_its_character_count(agent: APIClient) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
 
     step_id = add_step(agent, flow_id, reasoning_content=REASONING).json()["id"]
 
@@ -132,7 +113,7 @@ def test_reasoning_content_is_stored_encrypted_with_its_character_count(agent: A
 
 
 def test_step_without_reasoning_content_has_no_count(agent: APIClient) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
 
     step_id = add_step(agent, flow_id).json()["id"]
 
@@ -142,7 +123,7 @@ def test_step_without_reasoning_content_has_no_count(agent: APIClient) -> None:
 
 
 def test_reasoning_content_is_kept_verbatim_including_surrounding_whitespace(agent: APIClient) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     text = f"  {REASONING}\n\n"
 
     step_id = add_step(agent, flow_id, reasoning_content=text).json()["id"]
@@ -156,7 +137,7 @@ def test_reasoning_content_is_kept_verbatim_including_surrounding_whitespace(age
 
 
 def test_step_responses_do_not_echo_reasoning_content(agent: APIClient) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
 
     single = add_step(agent, flow_id, reasoning_content=REASONING)
     batch = agent.post(
@@ -170,13 +151,14 @@ def test_step_responses_do_not_echo_reasoning_content(agent: APIClient) -> None:
         assert MARKER not in response.content.decode()
 
 
-def test_narrative_never_shows_reasoning_content(agent: APIClient) -> None:
-    patient = consenting_patient()
-    flow_id = open_flow(agent, patient_id=str(patient.pk), trigger_summary="Asked about options")
+def test_narrative_never_shows_reasoning_content(
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
+) -> None:
+    flow_id = open_flow(agent, patient_id=str(consenting_patient.pk), trigger_summary="Asked about options")["id"]
     add_step(agent, flow_id, reasoning_content=REASONING)
     close(agent, flow_id)
 
-    response = patient_client(patient).get(f"{FLOWS}/{flow_id}")
+    response = patient_app.get(f"{FLOWS}/{flow_id}")
 
     assert response.status_code == 200, response.content
     assert MARKER not in response.content.decode()
@@ -184,7 +166,7 @@ def test_narrative_never_shows_reasoning_content(agent: APIClient) -> None:
 
 
 def test_admin_read_without_include_reasoning_shows_the_count_only(agent: APIClient, cot_reader: APIClient) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     add_step(agent, flow_id, reasoning_content=REASONING)
 
     response = cot_reader.get(f"{ADMIN_FLOWS}/{flow_id}")
@@ -201,7 +183,7 @@ def test_admin_read_without_include_reasoning_shows_the_count_only(agent: APICli
 def test_admin_read_with_include_reasoning_off_shows_the_count_only(
     agent: APIClient, cot_reader: APIClient, flag: str
 ) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     add_step(agent, flow_id, reasoning_content=REASONING)
 
     response = cot_reader.get(f"{ADMIN_FLOWS}/{flow_id}", {"include_reasoning": flag})
@@ -212,7 +194,7 @@ def test_admin_read_with_include_reasoning_off_shows_the_count_only(
 
 
 def test_include_reasoning_without_the_cot_scope_is_403(agent: APIClient, operator: APIClient) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     add_step(agent, flow_id, reasoning_content=REASONING)
 
     response = operator.get(f"{ADMIN_FLOWS}/{flow_id}", {"include_reasoning": "true"})
@@ -226,7 +208,7 @@ def test_include_reasoning_without_the_cot_scope_is_403(agent: APIClient, operat
 def test_cot_scope_without_admin_scope_is_403(
     agent: APIClient, make_token: Callable[..., str], client_for: Callable[[str | None], APIClient]
 ) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     add_step(agent, flow_id, reasoning_content=REASONING)
     cot_only = client_for(make_token("reasoning.cot.read", name="cot-only"))
 
@@ -240,7 +222,7 @@ def test_cot_scope_without_admin_scope_is_403(
 def test_include_reasoning_with_the_cot_scope_returns_it_and_audits_the_read(
     agent: APIClient, cot_reader: APIClient, flag: str
 ) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     add_step(agent, flow_id, reasoning_content=REASONING)
     add_step(agent, flow_id)
 
@@ -260,7 +242,7 @@ def test_include_reasoning_with_the_cot_scope_returns_it_and_audits_the_read(
 
 
 def test_include_reasoning_with_a_non_boolean_value_is_400(agent: APIClient, cot_reader: APIClient) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
 
     response = cot_reader.get(f"{ADMIN_FLOWS}/{flow_id}", {"include_reasoning": "maybe"})
 
@@ -269,13 +251,14 @@ def test_include_reasoning_with_a_non_boolean_value_is_400(agent: APIClient, cot
     assert events("admin.reasoning.flow.read") == []
 
 
-def test_reasoning_content_never_reaches_an_audit_payload(agent: APIClient, cot_reader: APIClient) -> None:
-    patient = consenting_patient()
-    flow_id = open_flow(agent, patient_id=str(patient.pk))
+def test_reasoning_content_never_reaches_an_audit_payload(
+    agent: APIClient, cot_reader: APIClient, consenting_patient: Patient, patient_app: APIClient
+) -> None:
+    flow_id = open_flow(agent, patient_id=str(consenting_patient.pk))["id"]
     step_id = add_step(agent, flow_id, reasoning_content=REASONING).json()["id"]
     agent.post(f"{FLOWS}/{flow_id}/steps/batch", {"steps": [step_body(reasoning_content=REASONING)]}, format="json")
     close(agent, flow_id)
-    patient_client(patient).get(f"{FLOWS}/{flow_id}")
+    patient_app.get(f"{FLOWS}/{flow_id}")
     assert cot_reader.get(f"{ADMIN_FLOWS}/{flow_id}", {"include_reasoning": "true"}).status_code == 200
 
     audited = audit_text()
@@ -287,21 +270,24 @@ def test_reasoning_content_never_reaches_an_audit_payload(agent: APIClient, cot_
 
 
 def test_reasoning_content_never_reaches_a_log_record(
-    agent: APIClient, cot_reader: APIClient, caplog: pytest.LogCaptureFixture
+    agent: APIClient,
+    cot_reader: APIClient,
+    consenting_patient: Patient,
+    patient_app: APIClient,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.DEBUG, logger="django")
     connection.force_debug_cursor = True  # SQL statements and their parameters are logged too
     try:
-        patient = consenting_patient()
-        flow_id = open_flow(agent, patient_id=str(patient.pk))
+        flow_id = open_flow(agent, patient_id=str(consenting_patient.pk))["id"]
         add_step(agent, flow_id, reasoning_content=REASONING)
         agent.post(f"{FLOWS}/{flow_id}/steps/batch", {"steps": [step_body(reasoning_content=REASONING)]}, format="json")
         close(agent, flow_id)
         # A rejected write (closed flow: 409) and a refused read (no cot scope: 403) log warnings.
         late = agent.post(f"{FLOWS}/{flow_id}/steps", step_body(reasoning_content=REASONING), format="json")
         assert late.status_code == 409
-        patient_client(patient).get(f"{FLOWS}/{flow_id}")
+        patient_app.get(f"{FLOWS}/{flow_id}")
         cot_reader.get(f"{ADMIN_FLOWS}/{flow_id}", {"include_reasoning": "true"})
         with time_machine.travel(datetime.now(UTC) + timedelta(days=31)):
             assert purge_reasoning_content() == 2
@@ -331,7 +317,7 @@ def write_step_at(agent: APIClient, clock: time_machine.Coordinates, flow_id: st
 def aged_steps(agent: APIClient, clock: time_machine.Coordinates) -> tuple[str, str]:
     """One step written 31 days ago, one 29 days ago, both with raw reasoning."""
     clock.move_to(NOW - timedelta(days=32))
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     old = write_step_at(agent, clock, flow_id, timedelta(days=31))
     recent = write_step_at(agent, clock, flow_id, timedelta(days=29))
     return old, recent
@@ -393,7 +379,7 @@ def test_retention_catches_up_once_the_recent_step_ages(
 
 def test_retention_works_in_batches(agent: APIClient, clock: time_machine.Coordinates) -> None:
     clock.move_to(NOW - timedelta(days=40))
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     for _ in range(5):
         add_step(agent, flow_id, reasoning_content=REASONING)
     clock.move_to(NOW)
@@ -409,7 +395,7 @@ def test_retention_audits_each_batch_with_its_counts_between_start_and_completio
     agent: APIClient, clock: time_machine.Coordinates
 ) -> None:
     clock.move_to(NOW - timedelta(days=40))
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     for _ in range(5):
         add_step(agent, flow_id, reasoning_content=REASONING)
     clock.move_to(NOW)
@@ -474,7 +460,7 @@ def test_retention_days_come_from_settings(
 ) -> None:
     settings.REASONING_CONTENT_RETENTION_DAYS = 7
     clock.move_to(NOW - timedelta(days=9))
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     eight_days = write_step_at(agent, clock, flow_id, timedelta(days=8))
     six_days = write_step_at(agent, clock, flow_id, timedelta(days=6))
 
@@ -511,7 +497,7 @@ def texts_of_lengths(*lengths: int) -> list[str]:
 
 
 def test_stats_report_character_sum_and_percentiles_never_the_text(agent: APIClient, operator: APIClient) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     texts = texts_of_lengths(10, 20, 30, 40, 1000)
     body = {"steps": [step_body(reasoning_content=text) for text in texts] + [step_body()]}
     assert agent.post(f"{FLOWS}/{flow_id}/steps/batch", body, format="json").status_code == 201
@@ -539,7 +525,7 @@ def test_stats_keep_counting_purged_content(
     agent: APIClient, operator: APIClient, clock: time_machine.Coordinates
 ) -> None:
     clock.move_to(NOW - timedelta(days=40))
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     body = {"steps": [step_body(reasoning_content=text) for text in texts_of_lengths(10, 20, 30, 40, 1000)]}
     assert agent.post(f"{FLOWS}/{flow_id}/steps/batch", body, format="json").status_code == 201
     clock.move_to(NOW)

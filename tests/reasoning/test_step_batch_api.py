@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow, ReasoningStep
+from tests.factories import open_flow
 
 pytestmark = pytest.mark.django_db
 
@@ -44,13 +45,6 @@ def add_batch(client: APIClient, flow_id: str, steps: list[dict[str, Any]]) -> l
 
 def add_single_step(client: APIClient, flow_id: str, **overrides: Any) -> dict[str, Any]:
     response = client.post(f"{FLOWS_URL}/{flow_id}/steps", step_body(**overrides), format="json")
-    assert response.status_code == 201, response.content
-    result: dict[str, Any] = response.json()
-    return result
-
-
-def open_flow(client: APIClient) -> dict[str, Any]:
-    response = client.post(FLOWS_URL, {"trigger_type": "user_question"}, format="json")
     assert response.status_code == 201, response.content
     result: dict[str, Any] = response.json()
     return result

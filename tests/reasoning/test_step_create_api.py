@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow, ReasoningStep
+from tests.factories import open_flow
 
 pytestmark = pytest.mark.django_db
 
@@ -33,13 +34,6 @@ def post_step(client: APIClient, flow_id: str, **overrides: Any) -> Any:
 
 def add_step(client: APIClient, flow_id: str, **overrides: Any) -> dict[str, Any]:
     response = post_step(client, flow_id, **overrides)
-    assert response.status_code == 201, response.content
-    result: dict[str, Any] = response.json()
-    return result
-
-
-def open_flow(client: APIClient) -> dict[str, Any]:
-    response = client.post(FLOWS_URL, {"trigger_type": "user_question"}, format="json")
     assert response.status_code == 201, response.content
     result: dict[str, Any] = response.json()
     return result

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import pytest
 import time_machine
 
-from tests.research_backlog.support import NOW
+from tests.factories import NOW
 
 
 @pytest.fixture
 def clock() -> Iterator[time_machine.Coordinates]:
-    """Time frozen at ``support.NOW``. test_jobs and test_console define their own ``clock``."""
+    """Time frozen at ``tests.factories.NOW``. test_jobs and test_console define their own ``clock``."""
     with time_machine.travel(NOW, tick=False) as traveller:
         yield traveller

@@ -1,10 +1,10 @@
-"""Constants and builders shared by the research-backlog route tests (their fixtures are in conftest)."""
+"""Constants and readers shared by the research-backlog route tests (fixtures in conftest, builders in
+tests/factories, re-exported here)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
@@ -16,11 +16,9 @@ DEEPER_URL = "/admin/v1/reasoning/research/deeper-request"
 BACKLOG_URL = "/admin/v1/reasoning/research/backlog"
 NEXT_URL = "/admin/v1/reasoning/research/backlog/next"
 REVIEWS_URL = "/admin/v1/reasoning/claims-pending-review"
-NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 NOW_JSON = "2026-03-02T12:00:00Z"
 OPERATOR = "token:operator"
-# Distinctive strings, so a leak into a table or the trail cannot be a coincidence.
-QUESTION = "Which guideline covers blood pressure targets for Zebulon Quixote, aged 83?"
+# Distinctive, so a leak into a table or the trail cannot be a coincidence.
 NOTE = "Curator Wilhelmina checked the Quixote citation: the dose was transposed."
 
 DISPATCHED = "reasoning.research.backlog.dispatched"
@@ -62,24 +60,6 @@ def raw_column(sql: str) -> list[str]:
 
 def audit_trail_text() -> str:
     return "\n".join(raw_column("SELECT e::text || ' ' || convert_from(e.canonical, 'UTF8') FROM audit_event AS e"))
-
-
-def make_request(**fields: Any) -> ResearchRequest:
-    values: dict[str, Any] = {
-        "trigger_type": "user_question",
-        "question": QUESTION,
-        "reason": ResearchRequest.Reason.OPERATOR_REQUESTED,
-        "source": "operator",
-        "requested_by": OPERATOR,
-    }
-    values.update(fields)
-    if values.get("status", "pending") != "pending":
-        values.setdefault("dispatched_at", values.get("created_at", NOW))
-    return ResearchRequest.objects.create(**values)
-
-
-def make_review(claim_id: str, **fields: Any) -> ClaimReview:
-    return ClaimReview.objects.create(claim_id=claim_id, source="critic", marked_by="token:critic", **fields)
 
 
 def ids(items: list[dict[str, Any]]) -> list[str]:

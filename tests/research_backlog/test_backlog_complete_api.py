@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from research_backlog.models import ResearchRequest
+from tests.factories import NOW, QUESTION, make_request
 from tests.research_backlog.support import (
     COMPLETED,
     CREATED,
@@ -18,13 +19,10 @@ from tests.research_backlog.support import (
     DISPATCHED,
     FAILED_VOLUNTARY,
     NEXT_URL,
-    NOW,
     NOW_JSON,
     OPERATOR,
-    QUESTION,
     complete_url,
     events,
-    make_request,
     state,
 )
 

@@ -11,16 +11,14 @@ from rest_framework.test import APIClient
 
 from research_backlog import services
 from research_backlog.models import ResearchRequest
+from tests.factories import NOW, QUESTION, make_request
 from tests.research_backlog.support import (
     DISPATCHED,
     NEXT_URL,
-    NOW,
     NOW_JSON,
     OPERATOR,
-    QUESTION,
     audit_trail_text,
     events,
-    make_request,
     run_together,
     state,
 )

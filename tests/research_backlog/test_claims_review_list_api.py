@@ -9,16 +9,15 @@ import time_machine
 from rest_framework.test import APIClient
 
 from research_backlog.models import ClaimReview
+from tests.factories import NOW, make_review
 from tests.research_backlog.support import (
     LISTED,
     NOTE,
-    NOW,
     OPERATOR,
     REVIEWS_URL,
     audit_trail_text,
     events,
     ids,
-    make_review,
     review_url,
     state,
 )

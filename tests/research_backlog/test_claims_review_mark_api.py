@@ -10,13 +10,13 @@ import pytest
 from rest_framework.test import APIClient
 
 from research_backlog.models import ClaimReview
+from tests.factories import make_review
 from tests.research_backlog.support import (
     MARKED,
     NOW_JSON,
     OPERATOR,
     REVIEWS_URL,
     events,
-    make_review,
     review_url,
     run_together,
     state,

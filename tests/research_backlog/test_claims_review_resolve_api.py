@@ -10,16 +10,15 @@ import pytest
 from rest_framework.test import APIClient
 
 from research_backlog.models import ClaimReview
+from tests.factories import NOW, make_review
 from tests.research_backlog.support import (
     NOTE,
-    NOW,
     NOW_JSON,
     OPERATOR,
     RESOLVED,
     REVIEWS_URL,
     audit_trail_text,
     events,
-    make_review,
     raw_column,
     review_url,
     state,

@@ -8,13 +8,12 @@ import pytest
 from rest_framework.test import APIClient
 
 from research_backlog.models import ResearchRequest
+from tests.factories import NOW, QUESTION
 from tests.research_backlog.support import (
     CREATED,
     DEEPER_URL,
-    NOW,
     NOW_JSON,
     OPERATOR,
-    QUESTION,
     audit_trail_text,
     events,
     raw_column,

@@ -15,9 +15,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -30,7 +28,7 @@ from audit.models import AuditEvent
 from research_backlog import jobs, services
 from research_backlog.dispatcher import DispatchResult, NoDispatcher, WebhookDispatcher, build_dispatcher
 from research_backlog.models import ResearchRequest
-from tests.fakes import Sleeps
+from tests.fakes import FakeServer, Received, Reply, Sleeps, serve_fake
 
 pytestmark = pytest.mark.django_db
 
@@ -43,99 +41,17 @@ Status = ResearchRequest.Status
 # --- The fake dispatcher ------------------------------------------------------------------
 
 
-@dataclass
-class Received:
-    method: str
-    path: str
-    headers: dict[str, str]  # lower-case names
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass
-class Reply:
-    status: int = 200
-    body: Any = None  # bytes are sent as they are; anything else as JSON
-    headers: dict[str, str] = field(default_factory=dict)
-    before: Callable[[Received], None] | None = None  # runs in the server thread before answering
-
-
-@dataclass
-class FakeDispatcher:
-    """Records every request; answers from ``replies`` in order, then with ``fallback``."""
-
-    url: str = ""
-    received: list[Received] = field(default_factory=list)
-    replies: list[Reply] = field(default_factory=list)
-    fallback: Reply = field(default_factory=lambda: Reply(500, {"error": "unscripted"}))
-    errors: list[BaseException] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def script(self, *replies: Reply) -> None:
-        self.replies.extend(replies)
-
-    def answer(self) -> Reply:
-        with self.lock:
-            return self.replies.pop(0) if self.replies else self.fallback
-
-
-class QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # The slow-server case writes to a socket the client already gave up on.
-        pass
-
-
 @pytest.fixture
-def fake() -> Iterator[FakeDispatcher]:
-    server_state = FakeDispatcher()
-
-    class Handler(BaseHTTPRequestHandler):
-        def _any(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            received = Received(
-                self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, self.rfile.read(length)
-            )
-            server_state.received.append(received)
-            reply = server_state.answer()
-            if reply.before is not None:
-                try:
-                    reply.before(received)
-                except BaseException as exc:  # surfaced by the test, not lost in the server thread
-                    server_state.errors.append(exc)
-            payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-            self.send_response(reply.status)
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        do_POST = do_GET = do_PUT = do_PATCH = _any
-
-        def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
-            pass
-
-    server = QuietServer(("127.0.0.1", 0), Handler)
-    server_state.url = f"http://127.0.0.1:{server.server_address[1]}{HOOK_PATH}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server_state
-    server.shutdown()
-    server.server_close()
-    thread.join()
+def fake() -> Iterator[FakeServer]:
+    """The dispatcher's webhook on 127.0.0.1: records each request, answers from a script."""
+    yield from serve_fake(FakeServer(), HOOK_PATH)
 
 
 MakeDispatcher = Callable[..., WebhookDispatcher]
 
 
 @pytest.fixture
-def make_dispatcher(fake: FakeDispatcher, sleeps: Sleeps) -> Iterator[MakeDispatcher]:
+def make_dispatcher(fake: FakeServer, sleeps: Sleeps) -> Iterator[MakeDispatcher]:
     made: list[WebhookDispatcher] = []
 
     def make(url: str | None = None, **kwargs: Any) -> WebhookDispatcher:
@@ -188,7 +104,7 @@ def ok(flow_id: str) -> Reply:
 
 
 def test_the_request_is_a_signed_json_post_of_the_request_document(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
+    fake: FakeServer, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
 ) -> None:
     row = enqueue()
     fake.script(ok(flow["id"]))
@@ -221,7 +137,7 @@ def test_the_request_is_a_signed_json_post_of_the_request_document(
     assert received.headers["idempotency-key"] == f"{row.pk}.0"
 
 
-def test_the_timestamp_is_the_current_time_by_default(fake: FakeDispatcher, make_dispatcher: MakeDispatcher) -> None:
+def test_the_timestamp_is_the_current_time_by_default(fake: FakeServer, make_dispatcher: MakeDispatcher) -> None:
     enqueue()
     fake.script(Reply(200, {"error": "no_sources"}))
 
@@ -236,7 +152,7 @@ def test_the_timestamp_is_the_current_time_by_default(fake: FakeDispatcher, make
 
 
 def test_the_idempotency_key_carries_the_retry_count(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
+    fake: FakeServer, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
 ) -> None:
     row = enqueue()
     ResearchRequest.objects.filter(pk=row.pk).update(retry_count=2)
@@ -253,7 +169,7 @@ def test_the_idempotency_key_carries_the_retry_count(
 
 
 def test_a_flow_id_completes_the_row_with_that_flow(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
+    fake: FakeServer, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
 ) -> None:
     row = enqueue()
     fake.script(ok(flow["id"]))
@@ -272,7 +188,7 @@ def test_a_flow_id_completes_the_row_with_that_flow(
 
 
 def test_an_error_label_fails_the_row_voluntarily_with_that_label(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher
+    fake: FakeServer, make_dispatcher: MakeDispatcher
 ) -> None:
     row = enqueue()
     fake.script(Reply(200, {"error": "no_sources"}))
@@ -301,7 +217,7 @@ def test_an_error_label_fails_the_row_voluntarily_with_that_label(
     ],
 )
 def test_an_error_that_is_not_a_label_is_recorded_as_dispatcher_error(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, error: Any
+    fake: FakeServer, make_dispatcher: MakeDispatcher, error: Any
 ) -> None:
     row = enqueue()
     fake.script(Reply(200, {"error": error}))
@@ -329,7 +245,7 @@ def test_an_error_that_is_not_a_label_is_recorded_as_dispatcher_error(
     ],
 )
 def test_a_bad_success_body_is_recorded_as_dispatcher_bad_response(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, body: Any
+    fake: FakeServer, make_dispatcher: MakeDispatcher, body: Any
 ) -> None:
     row = enqueue()
     fake.script(Reply(200, body))
@@ -343,9 +259,7 @@ def test_a_bad_success_body_is_recorded_as_dispatcher_bad_response(
     assert len(fake.received) == 1
 
 
-def test_a_flow_id_this_service_never_recorded_fails_the_row(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher
-) -> None:
+def test_a_flow_id_this_service_never_recorded_fails_the_row(fake: FakeServer, make_dispatcher: MakeDispatcher) -> None:
     row = enqueue()
     fake.script(ok(str(uuid.uuid4())))
 
@@ -359,7 +273,7 @@ def test_a_flow_id_this_service_never_recorded_fails_the_row(
 
 
 def test_202_leaves_the_row_dispatched_until_the_dispatcher_completes_it_through_the_api(
-    fake: FakeDispatcher,
+    fake: FakeServer,
     make_dispatcher: MakeDispatcher,
     flow: dict[str, Any],
     make_token: Callable[..., str],
@@ -389,7 +303,7 @@ def test_202_leaves_the_row_dispatched_until_the_dispatcher_completes_it_through
 
 
 def test_complete_path_needs_reasoning_admin(
-    fake: FakeDispatcher,
+    fake: FakeServer,
     make_dispatcher: MakeDispatcher,
     flow: dict[str, Any],
     make_token: Callable[..., str],
@@ -410,7 +324,7 @@ def test_complete_path_needs_reasoning_admin(
 
 
 def test_503_twice_then_200_completes_after_three_freshly_signed_attempts_honouring_retry_after(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, sleeps: Sleeps, flow: dict[str, Any]
+    fake: FakeServer, make_dispatcher: MakeDispatcher, sleeps: Sleeps, flow: dict[str, Any]
 ) -> None:
     row = enqueue()
     fake.script(
@@ -436,7 +350,7 @@ def test_503_twice_then_200_completes_after_three_freshly_signed_attempts_honour
 
 
 def test_without_retry_after_the_waits_back_off_exponentially(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, sleeps: Sleeps, flow: dict[str, Any]
+    fake: FakeServer, make_dispatcher: MakeDispatcher, sleeps: Sleeps, flow: dict[str, Any]
 ) -> None:
     row = enqueue()
     fake.script(Reply(429), Reply(502), Reply(503), ok(flow["id"]))
@@ -454,7 +368,7 @@ def test_without_retry_after_the_waits_back_off_exponentially(
 
 @pytest.mark.parametrize("max_attempts", [1, 3, 4])
 def test_503_always_fails_with_dispatcher_http_503_after_max_attempts(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, sleeps: Sleeps, max_attempts: int
+    fake: FakeServer, make_dispatcher: MakeDispatcher, sleeps: Sleeps, max_attempts: int
 ) -> None:
     row = enqueue()
     fake.fallback = Reply(503, {"detail": "down"}, headers={"Retry-After": "1"})
@@ -470,7 +384,7 @@ def test_503_always_fails_with_dispatcher_http_503_after_max_attempts(
 
 
 def test_a_retry_after_beyond_the_longest_wait_fails_at_once(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, sleeps: Sleeps
+    fake: FakeServer, make_dispatcher: MakeDispatcher, sleeps: Sleeps
 ) -> None:
     row = enqueue()
     fake.fallback = Reply(429, headers={"Retry-After": "120"})
@@ -484,7 +398,7 @@ def test_a_retry_after_beyond_the_longest_wait_fails_at_once(
 
 @pytest.mark.parametrize("status", [400, 401, 404, 422])
 def test_a_client_error_fails_at_once_with_its_status(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, sleeps: Sleeps, status: int
+    fake: FakeServer, make_dispatcher: MakeDispatcher, sleeps: Sleeps, status: int
 ) -> None:
     row = enqueue()
     fake.fallback = Reply(status, {"detail": "bad signature"})
@@ -516,7 +430,7 @@ def test_a_refused_connection_fails_with_dispatcher_unreachable_after_retries(
 
 
 def test_a_server_slower_than_the_timeout_is_unreachable(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
+    fake: FakeServer, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
 ) -> None:
     # The server holds its (successful) answer until the consumer has returned. Had the
     # dispatcher ignored its 0.2 s timeout, it would still be waiting when the hold ends
@@ -568,7 +482,7 @@ def test_the_consumer_without_a_dispatcher_fails_rows_with_no_dispatcher_configu
 
 
 def test_build_dispatcher_is_the_webhook_configured_in_settings(
-    fake: FakeDispatcher, flow: dict[str, Any], settings: Any
+    fake: FakeServer, flow: dict[str, Any], settings: Any
 ) -> None:
     settings.RESEARCH_DISPATCHER_URL = fake.url
     settings.RESEARCH_DISPATCHER_SECRET = SECRET + "-from-settings"
@@ -593,7 +507,7 @@ def test_build_dispatcher_is_the_webhook_configured_in_settings(
 
 
 def test_the_consumer_builds_the_webhook_from_settings_when_given_none(
-    fake: FakeDispatcher, flow: dict[str, Any], settings: Any
+    fake: FakeServer, flow: dict[str, Any], settings: Any
 ) -> None:
     settings.RESEARCH_DISPATCHER_URL = fake.url
     settings.RESEARCH_DISPATCHER_SECRET = SECRET
@@ -607,13 +521,13 @@ def test_the_consumer_builds_the_webhook_from_settings_when_given_none(
     assert started.payload == {"dispatcher": "webhook"}
 
 
-def test_a_webhook_dispatcher_needs_a_secret(fake: FakeDispatcher) -> None:
+def test_a_webhook_dispatcher_needs_a_secret(fake: FakeServer) -> None:
     with pytest.raises(ValueError, match="secret"):
         WebhookDispatcher(fake.url, "")
 
 
 def test_the_consumer_audits_its_run_with_the_dispatcher_and_counts(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
+    fake: FakeServer, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
 ) -> None:
     first = enqueue("First question")
     second = enqueue("Second question")
@@ -642,7 +556,7 @@ def test_the_consumer_audits_its_run_with_the_dispatcher_and_counts(
     assert AuditEvent.objects.filter(action="reasoning.research.backlog.dispatched").count() == 3
 
 
-def test_an_empty_backlog_makes_no_request(fake: FakeDispatcher, make_dispatcher: MakeDispatcher) -> None:
+def test_an_empty_backlog_makes_no_request(fake: FakeServer, make_dispatcher: MakeDispatcher) -> None:
     counts = jobs.consume(dispatcher=make_dispatcher())
 
     assert fake.received == []
@@ -651,7 +565,7 @@ def test_an_empty_backlog_makes_no_request(fake: FakeDispatcher, make_dispatcher
 
 
 def test_a_row_the_sweep_took_back_during_dispatch_is_counted_lost(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
+    fake: FakeServer, make_dispatcher: MakeDispatcher, flow: dict[str, Any]
 ) -> None:
     row = enqueue()
     fake.script(ok(flow["id"]))
@@ -679,7 +593,7 @@ def test_a_row_the_sweep_took_back_during_dispatch_is_counted_lost(
 
 @pytest.mark.django_db(transaction=True)
 def test_the_pull_commits_before_the_webhook_is_called_and_holds_no_lock(
-    fake: FakeDispatcher, make_dispatcher: MakeDispatcher
+    fake: FakeServer, make_dispatcher: MakeDispatcher
 ) -> None:
     row = enqueue()
     seen: list[str] = []

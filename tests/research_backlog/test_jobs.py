@@ -25,12 +25,12 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from core.errors import Conflict
-from reasoning.models import ReasoningFlow
 from research_backlog import jobs, services
 from research_backlog.dispatcher import DispatchResult
 from research_backlog.health import backlog_status, loop_health
 from research_backlog.jobs import consume, consume_if_enabled, purge_expired, sweep_stale
 from research_backlog.models import ResearchRequest
+from tests.factories import make_flow
 
 pytestmark = pytest.mark.django_db
 
@@ -119,18 +119,6 @@ def failed_after_retries_at(clock: time_machine.Coordinates, at: datetime) -> Re
     stored = fresh(row)
     assert stored.status == Status.FAILED_AFTER_RETRIES
     return stored
-
-
-def make_flow() -> ReasoningFlow:
-    return ReasoningFlow.objects.create(
-        trigger_type="user_question",
-        trace_id=uuid.uuid4().hex,
-        request_hash="test",
-        flow_state=ReasoningFlow.State.COMPLETED,
-        outcome_type="claim_created",
-        outcome_confidence=0.9,
-        patient_safe_summary=True,
-    )
 
 
 def fresh(row: ResearchRequest) -> ResearchRequest:
@@ -377,16 +365,16 @@ def test_swept_row_can_no_longer_be_completed(
     clock: time_machine.Coordinates, make_token: Callable[..., str], client_for: Callable[[str | None], APIClient]
 ) -> None:
     operator = client_for(make_token("reasoning.admin"))
-    flow = make_flow()
+    flow_id = make_flow()
     row = dispatched_at(clock, T0)
     clock.move_to(T0 + timedelta(minutes=31))
     sweep_stale()
 
     with pytest.raises(Conflict) as caught:
-        services.complete(row.pk, actor=DISPATCHER, flow_id=flow.pk)
+        services.complete(row.pk, actor=DISPATCHER, flow_id=flow_id)
     assert caught.value.status_code == 409
     response = operator.post(
-        f"/admin/v1/reasoning/research/backlog/{row.pk}/complete", {"flow_id": str(flow.pk)}, format="json"
+        f"/admin/v1/reasoning/research/backlog/{row.pk}/complete", {"flow_id": str(flow_id)}, format="json"
     )
     assert response.status_code == 409, response.content
 
@@ -910,10 +898,10 @@ def test_enabled_consumer_consumes(clock: time_machine.Coordinates) -> None:
 
 
 def test_dispatcher_naming_a_recorded_flow_completes_the_row(clock: time_machine.Coordinates) -> None:
-    flow = make_flow()
+    flow_id = make_flow()
     row = enqueue_at(clock, T0)
     clock.move_to(T0 + timedelta(minutes=2))
-    dispatcher = FakeDispatcher(lambda request: DispatchResult(flow_id=flow.pk))
+    dispatcher = FakeDispatcher(lambda request: DispatchResult(flow_id=flow_id))
 
     counts = consume(dispatcher)
 
@@ -921,10 +909,10 @@ def test_dispatcher_naming_a_recorded_flow_completes_the_row(clock: time_machine
     # The dispatcher is handed a row that is already claimed (and can read its question).
     assert dispatcher.seen == [(row.pk, Status.DISPATCHED, T0 + timedelta(minutes=2), QUESTION)]
     stored = fresh(row)
-    assert (stored.status, stored.completed_flow_id, stored.failure_reason) == (Status.COMPLETED, flow.pk, "")
+    assert (stored.status, stored.completed_flow_id, stored.failure_reason) == (Status.COMPLETED, flow_id, "")
     (completed,) = events("reasoning.research.backlog.completed")
     assert completed.actor == CONSUMER_ACTOR
-    assert completed.payload["flow_id"] == str(flow.pk)
+    assert completed.payload["flow_id"] == str(flow_id)
     assert events("memory.job.backlog_consumer.started")[0].payload == {"dispatcher": "fake"}
 
 
@@ -958,7 +946,7 @@ def test_dispatcher_error_fails_the_row_with_that_label(clock: time_machine.Coor
 
 
 def test_accepted_row_stays_dispatched_until_the_dispatcher_reports(clock: time_machine.Coordinates) -> None:
-    flow = make_flow()
+    flow_id = make_flow()
     row = enqueue_at(clock, T0)
     clock.move_to(T0 + timedelta(minutes=1))
 
@@ -978,18 +966,18 @@ def test_accepted_row_stays_dispatched_until_the_dispatcher_reports(clock: time_
     # Not pulled again by the next run; the dispatcher completes it itself later.
     assert consume(FakeDispatcher(lambda request: DispatchResult(accepted=True)))["pulled"] == 0
     clock.move_to(T0 + timedelta(minutes=20))
-    services.complete(row.pk, actor=DISPATCHER, flow_id=flow.pk)
+    services.complete(row.pk, actor=DISPATCHER, flow_id=flow_id)
     assert fresh(row).status == Status.COMPLETED
 
 
 def test_row_swept_back_while_the_dispatcher_ran_is_lost_not_completed(clock: time_machine.Coordinates) -> None:
-    flow = make_flow()
+    flow_id = make_flow()
     row = enqueue_at(clock, T0)
 
     def slow(request: ResearchRequest) -> DispatchResult:
         clock.move_to(T0 + timedelta(minutes=31))
         assert sweep_stale() == {"recovered": 1, "failed_after_retries": 0}
-        return DispatchResult(flow_id=flow.pk)
+        return DispatchResult(flow_id=flow_id)
 
     counts = consume(FakeDispatcher(slow), limit=1)
 
@@ -1020,10 +1008,10 @@ def test_row_reset_to_pending_while_the_dispatcher_ran_is_lost(clock: time_machi
 
 
 def test_mixed_answers_are_counted_each_in_its_own_bucket(clock: time_machine.Coordinates) -> None:
-    flow = make_flow()
+    flow_id = make_flow()
     ok, unknown, gave_up, later = (enqueue_at(clock, T0 + timedelta(minutes=n)) for n in range(4))
     answers = {
-        ok.pk: DispatchResult(flow_id=flow.pk),
+        ok.pk: DispatchResult(flow_id=flow_id),
         unknown.pk: DispatchResult(flow_id=uuid.uuid4()),
         gave_up.pk: DispatchResult(error="gave_up"),
         later.pk: DispatchResult(accepted=True),
@@ -1202,12 +1190,12 @@ def test_backlog_consume_refuses_a_limit_below_one(clock: time_machine.Coordinat
 def test_backlog_consume_with_a_dispatcher_runs_without_yes(
     clock: time_machine.Coordinates, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    flow = make_flow()
+    flow_id = make_flow()
     row = enqueue_at(clock, T0)
-    monkeypatch.setattr(jobs, "build_dispatcher", lambda: FakeDispatcher(lambda r: DispatchResult(flow_id=flow.pk)))
+    monkeypatch.setattr(jobs, "build_dispatcher", lambda: FakeDispatcher(lambda r: DispatchResult(flow_id=flow_id)))
     out = StringIO()
 
     call_command("backlog_consume", stdout=out)
 
     assert out.getvalue().strip() == "pulled=1 completed=1 failed=0 accepted=0 lost=0"
-    assert fresh(row).completed_flow_id == flow.pk
+    assert fresh(row).completed_flow_id == flow_id

@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ApiToken
+from tests.factories import NOW, QUESTION, make_request, make_review
 from tests.research_backlog.support import (
     BACKLOG_READ,
     BACKLOG_URL,
@@ -22,14 +23,10 @@ from tests.research_backlog.support import (
     MARKED,
     NEXT_URL,
     NOTE,
-    NOW,
-    QUESTION,
     RESOLVED,
     REVIEWS_URL,
     audit_trail_text,
     complete_url,
-    make_request,
-    make_review,
     review_url,
     state,
 )

@@ -1,0 +1,211 @@
+"""The Research Console: the claims pending review."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.test import Client
+
+from audit.models import AuditEvent
+from research_backlog import services
+from research_backlog.models import ClaimReview
+from tests.factories import make_review
+from tests.html import doc
+from tests.research_backlog.console.support import (
+    CONSOLE,
+    HTMX,
+    NOTE,
+    NOW,
+    RESOLVED,
+    REVIEWS,
+    REVIEWS_LISTED,
+    audit_trail_text,
+    events,
+    messages_on,
+    pending_ids,
+    review_form_on_page,
+    review_url,
+    submit,
+    written,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def test_reviews_list_pending_oldest_first_with_note_and_both_buttons(
+    clock: time_machine.Coordinates, operator_client: Client, actor: str
+) -> None:
+    make_review("claim-b", created_at=NOW - timedelta(hours=1))
+    make_review("claim-a", created_at=NOW - timedelta(hours=3))
+    make_review("claim-c", created_at=NOW - timedelta(hours=2))
+    make_review("claim-done", status="resolved", resolved_at=NOW - timedelta(hours=30))
+
+    response = operator_client.get(REVIEWS, headers=HTMX)
+
+    assert response.status_code == 200
+    panel = doc(response).by_id("reviews")
+    assert pending_ids(panel) == ["claim-a", "claim-c", "claim-b"]
+    assert panel.one("h2").text == "Claims pending review 3"
+    for card in panel.select("li", "card"):
+        form = card.one("form")
+        review_id = card.attrs["id"].removeprefix("review-")
+        assert (form.attrs["method"], form.attrs["action"], form.attrs["hx-post"]) == (
+            "post",
+            review_url(review_id),
+            review_url(review_id),
+        )
+        assert form.attrs["hx-target"] == "#reviews"
+        assert form.one("textarea").attrs["name"] == "note"
+        buttons = [(b.text, b.attrs["name"], b.attrs["value"]) for b in form.select("button")]
+        assert buttons == [("Resolve", "status", "resolved"), ("Dismiss", "status", "dismissed")]
+    assert "3 hours ago" in panel.select("li", "card")[0].text
+    # Resolved more than a day ago: not in the strip.
+    assert panel.by_id("recently-resolved").text == "Nothing resolved in the last 24 hours."
+    (event,) = events(REVIEWS_LISTED)
+    assert (event.actor, event.payload) == (actor, {"pending_count": 3, "recent_count": 0})
+
+
+def test_no_pending_reviews(operator_client: Client) -> None:
+    panel = doc(operator_client.get(REVIEWS)).by_id("reviews")
+
+    assert "No claims are waiting for review." in panel.text
+    assert not panel.select("form")
+
+
+def test_resolve_by_plain_form_stores_the_note_and_moves_it_to_recently_resolved(
+    csrf_client: Client, pending_review: ClaimReview, actor: str
+) -> None:
+    form = review_form_on_page(csrf_client, pending_review)
+    resolve = form.one("button", value="resolved")
+
+    response = submit(csrf_client, form, button=resolve, note=NOTE)
+
+    assert response.status_code == 302
+    assert response["Location"] == CONSOLE
+    pending_review.refresh_from_db()
+    assert (pending_review.status, pending_review.resolution_note, pending_review.resolved_by) == (
+        "resolved",
+        NOTE,
+        actor,
+    )
+    (event,) = events(RESOLVED)
+    assert (event.actor, event.target_id) == (actor, str(pending_review.pk))
+    assert event.payload["status"] == "resolved"
+    assert event.payload["note_chars"] == len(NOTE)
+    assert NOTE not in audit_trail_text()
+    page = doc(csrf_client.get(CONSOLE))
+    assert [li.text for li in page.one("ul", "messages").select("li")] == ["Resolved the claim."]
+    panel = page.by_id("reviews")
+    assert pending_ids(panel) == []
+    assert [li.text for li in panel.by_id("recently-resolved").select("li")] == ["resolved: claim-17, 0 minutes ago"]
+    assert NOTE not in page.text  # the note is stored, not shown in the strip
+
+
+def test_review_form_without_the_csrf_token_is_refused(csrf_client: Client, pending_review: ClaimReview) -> None:
+    form = review_form_on_page(csrf_client, pending_review)
+    before = written()
+
+    response = csrf_client.post(form.attrs["action"], {"status": "resolved", "note": NOTE})
+
+    assert response.status_code == 403
+    assert written() == before
+
+
+@pytest.mark.parametrize("status", ["resolved", "dismissed"])
+def test_resolve_or_dismiss_by_htmx_rerenders_the_reviews_panel(
+    csrf_client: Client, pending_review: ClaimReview, actor: str, status: str
+) -> None:
+    other, _ = services.mark_claim_for_review(claim_id="claim-18", actor="token:critic", source="critic")
+    form = review_form_on_page(csrf_client, pending_review)
+
+    response = submit(csrf_client, form, button=form.one("button", value=status), htmx=True, note=NOTE)
+
+    assert response.status_code == 200
+    panel = doc(response).one("section")
+    assert panel.attrs["id"] == "reviews"  # hx-target="#reviews" hx-swap="outerHTML"
+    assert pending_ids(panel) == [other.claim_id]
+    assert panel.one("h2").text == "Claims pending review 1"
+    assert [li.attrs["data-claim"] for li in panel.by_id("recently-resolved").select("li")] == ["claim-17"]
+    assert panel.by_id("recently-resolved").one("li").text.startswith(f"{status}: claim-17")
+    assert not panel.select("p", "error")
+    pending_review.refresh_from_db()
+    assert (pending_review.status, pending_review.resolution_note, pending_review.resolved_by) == (status, NOTE, actor)
+    (event,) = events(RESOLVED)
+    assert (event.actor, event.payload["status"]) == (actor, status)
+    assert NOTE not in audit_trail_text()
+
+
+def test_resolving_again_by_htmx_is_409_already(operator_client: Client, pending_review: ClaimReview) -> None:
+    services.resolve_claim_review(pending_review.pk, status="resolved", note="first", actor="user:someone")
+    resolved_before = events(RESOLVED)
+
+    response = operator_client.post(review_url(pending_review.pk), {"status": "dismissed", "note": NOTE}, headers=HTMX)
+
+    assert response.status_code == 409
+    panel = doc(response).by_id("reviews")
+    assert panel.one("p", "error").text == "Someone already resolved or dismissed that claim."
+    pending_review.refresh_from_db()
+    assert (pending_review.status, pending_review.resolution_note) == ("resolved", "first")
+    assert events(RESOLVED) == resolved_before
+    assert NOTE not in audit_trail_text()
+
+
+def test_resolving_again_by_plain_form_shows_the_error(operator_client: Client, pending_review: ClaimReview) -> None:
+    services.resolve_claim_review(pending_review.pk, status="resolved", note="first", actor="user:someone")
+    before = written()
+
+    response = operator_client.post(review_url(pending_review.pk), {"status": "resolved", "next": CONSOLE})
+
+    assert response.status_code == 302
+    assert written() == before
+    assert messages_on(operator_client) == ["Someone already resolved or dismissed that claim."]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"status": "approved"}, {"status": ""}, {}, {"status": "pending"}, {"status": "resolved", "note": "n" * 2001}],
+)
+def test_bad_status_or_note_is_400(operator_client: Client, pending_review: ClaimReview, body: dict[str, str]) -> None:
+    response = operator_client.post(review_url(pending_review.pk), body, headers=HTMX)
+
+    assert response.status_code == 400
+    assert doc(response).by_id("reviews").one("p", "error").text == (
+        "Choose Resolve or Dismiss, and keep the note under 2000 characters."
+    )
+    pending_review.refresh_from_db()
+    assert pending_review.status == "pending"
+    assert events(RESOLVED) == []
+
+
+def test_bad_status_by_plain_form_shows_the_error(operator_client: Client, pending_review: ClaimReview) -> None:
+    response = operator_client.post(review_url(pending_review.pk), {"status": "approved"})
+
+    assert response.status_code == 302
+    assert messages_on(operator_client) == ["Choose Resolve or Dismiss, and keep the note under 2000 characters."]
+    pending_review.refresh_from_db()
+    assert pending_review.status == "pending"
+
+
+@pytest.mark.parametrize("review_id", [str(uuid.UUID(int=9)), "not-a-uuid"])
+def test_unknown_review_is_404(operator_client: Client, pending_review: ClaimReview, review_id: str) -> None:
+    before = written()
+
+    response = operator_client.post(review_url(review_id), {"status": "resolved"}, headers=HTMX)
+
+    assert response.status_code == 404
+    assert written() == before
+
+
+def test_a_note_with_crlf_and_tabs_is_kept(operator_client: Client, pending_review: ClaimReview) -> None:
+    note = "Checked the source.\r\n\tThe dose was transposed."
+
+    response = operator_client.post(review_url(pending_review.pk), {"status": "resolved", "note": note}, headers=HTMX)
+
+    assert response.status_code == 200
+    pending_review.refresh_from_db()
+    assert pending_review.resolution_note == note
+    assert "transposed" not in json.dumps([e.payload for e in AuditEvent.objects.all()])
