@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -46,6 +47,16 @@ class AuditPayloadError(ValueError):
     """A payload carried something other than ids, labels and counts."""
 
 
+@dataclass(frozen=True)
+class Event:
+    """One audit event to write with ``record_many``."""
+
+    action: Action
+    actor: str
+    target: Target = None
+    payload: dict[str, Any] | None = None
+
+
 def record(action: Action, *, actor: str, target: Target = None, payload: dict[str, Any] | None = None) -> int:
     """Write one audit event in the current transaction; return its sequence number.
 
@@ -54,47 +65,57 @@ def record(action: Action, *, actor: str, target: Target = None, payload: dict[s
     is anything whose canonical bytes could not be rebuilt from the stored jsonb
     (non-string keys, NUL characters, floats in exponent notation, -0.0).
     """
-    if not isinstance(action, Action):
-        raise TypeError(f"audit action must be an audit.actions.Action, got {action!r}")
+    return record_many([Event(action, actor, target, payload)])[0]
+
+
+def record_many(events: Sequence[Event]) -> list[int]:
+    """Write audit events in the current transaction, in one statement whatever their
+    number (the bulk ingest path); return their sequence numbers, in order. Each event
+    is checked as ``record()`` checks it; one bad payload refuses them all."""
     if not connection.in_atomic_block:
         raise RuntimeError("audit.record() must run inside the transaction of the change it records")
-    payload = dict(payload or {})
-    _check_payload(payload)
-    target_type, target_id = _target(target)
+    if not events:
+        return []
     created_at = timezone.now()
-    canonical = canonical_bytes(
-        action=action.value,
-        actor=actor,
-        target_type=target_type,
-        target_id=target_id,
-        payload=payload,
-        created_at=created_at,
-    )
-    # One round trip: the event, and its place in the chainer's queue.
+    columns: list[list[Any]] = [[], [], [], [], [], []]
+    for event in events:
+        if not isinstance(event.action, Action):
+            raise TypeError(f"audit action must be an audit.actions.Action, got {event.action!r}")
+        payload = dict(event.payload or {})
+        _check_payload(payload)
+        target_type, target_id = _target(event.target)
+        canonical = canonical_bytes(
+            action=event.action.value,
+            actor=event.actor,
+            target_type=target_type,
+            target_id=target_id,
+            payload=payload,
+            created_at=created_at,
+        )
+        for column, value in zip(
+            columns,
+            (event.action.value, event.actor, target_type, target_id, json.dumps(payload), canonical),
+            strict=True,
+        ):
+            column.append(value)
+    # One round trip: the events, in order, and their places in the chainer's queue.
     with connection.cursor() as cursor:
         cursor.execute(
             """
             WITH event AS (
                 INSERT INTO audit_event
                     (action, actor, target_type, target_id, payload, created_at, canonical)
-                VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s)
+                SELECT e.action, e.actor, e.target_type, e.target_id, e.payload::jsonb, %s, e.canonical
+                FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[])
+                    WITH ORDINALITY AS e(action, actor, target_type, target_id, payload, canonical, n)
+                ORDER BY e.n
                 RETURNING id
             )
-            INSERT INTO audit_pending (event_id) SELECT id FROM event RETURNING event_id
+            INSERT INTO audit_pending (event_id) SELECT id FROM event ORDER BY id RETURNING event_id
             """,
-            [
-                action.value,
-                actor,
-                target_type,
-                target_id,
-                json.dumps(payload),
-                created_at,
-                canonical,
-            ],
+            [created_at, *columns],
         )
-        row = cursor.fetchone()
-    assert row is not None
-    return int(row[0])
+        return sorted(int(row[0]) for row in cursor.fetchall())
 
 
 def _target(target: Target) -> tuple[str, str]:

@@ -13,12 +13,12 @@ class PathwaysConfig(AppConfig):
         from pathways.radar import library_facts
         from pathways.services import extract_after_close
         from reasoning.radar import register_library_facts
-        from reasoning.signals import flow_closed
+        from reasoning.signals import flows_closed
 
         # Fail fast: an unknown PATHWAY_EMBEDDING_MODEL or a missing vendor key stops start-up.
         active_client()
         # Extraction runs after every flow close commits (reasoning never imports pathways).
-        flow_closed.connect(extract_after_close, dispatch_uid="pathways.extract_after_close")
+        flows_closed.connect(extract_after_close, dispatch_uid="pathways.extract_after_close")
         # Flow radars read the trigger family's maturity from the library.
         register_library_facts(library_facts)
         # The Research Console (research_backlog's page) shows the candidates and comparison.

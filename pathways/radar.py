@@ -11,6 +11,7 @@ Candidates are scored in two queries, whatever their number.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -75,14 +76,24 @@ RADAR_ATTRIBUTES = (
 )
 
 
-def library_facts(flow: ReasoningFlow) -> LibraryFacts:
-    """The flow's trigger family's maturity and the pathway it seeded, if any."""
-    seeded = Pathway.objects.filter(seed_flow_id=flow.pk).values("hit_count", "demoted_at").first()
-    return LibraryFacts(
-        family_maturity=family_maturity([flow.trigger_type]).get(flow.trigger_type, Maturity.SPARSE),
-        hit_count=seeded["hit_count"] if seeded else 0,
-        demoted=bool(seeded and seeded["demoted_at"]),
-    )
+def library_facts(flows: Sequence[ReasoningFlow]) -> dict[uuid.UUID, LibraryFacts]:
+    """Each flow's trigger family's maturity and the pathway it seeded, if any: two queries."""
+    seeded = {
+        row["seed_flow_id"]: row
+        for row in Pathway.objects.filter(seed_flow_id__in=[flow.pk for flow in flows]).values(
+            "seed_flow_id", "hit_count", "demoted_at"
+        )
+    }
+    families = family_maturity(sorted({flow.trigger_type for flow in flows}))
+    facts = {}
+    for flow in flows:
+        row = seeded.get(flow.pk)
+        facts[flow.pk] = LibraryFacts(
+            family_maturity=families.get(flow.trigger_type, Maturity.SPARSE),
+            hit_count=row["hit_count"] if row else 0,
+            demoted=bool(row and row["demoted_at"]),
+        )
+    return facts
 
 
 def candidate_radars(pathways: Sequence[Pathway], *, now: datetime | None = None) -> list[dict[str, dict[str, Any]]]:

@@ -13,13 +13,14 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from audit.actions import Action
-from audit.services import record
+from audit.services import Event, record, record_many
 from core.errors import Conflict, NotFound
 from pathways.matcher import Candidate, active_client, check_query, match
 from pathways.models import Pathway
 from pathways.radar import candidate_radars
 from pathways.stats import LibraryOverview, PathwayStats, library_overview, pathway_stats
 from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.signals import ClosedFlow
 
 logger = logging.getLogger(__name__)
 
@@ -82,12 +83,32 @@ def extract_pathway(flow_id: uuid.UUID, *, actor: str = EXTRACTOR_ACTOR) -> Path
     return pathway
 
 
-def extract_after_close(sender: Any, *, flow_id: uuid.UUID, **kwargs: Any) -> None:
-    """``flow_closed`` receiver: runs after the close committed; never fails the close."""
+def extract_pathways(flow_ids: Sequence[uuid.UUID], *, actor: str = EXTRACTOR_ACTOR) -> None:
+    """``extract_pathway`` for several closed flows: the flows and their pathways are read
+    in two queries and every skip is audited in one statement; each qualifying flow (the
+    rare case) is extracted on its own."""
+    flows = list(ReasoningFlow.objects.filter(pk__in=flow_ids).order_by("pk"))
+    seeded = set(Pathway.objects.filter(seed_flow_id__in=flow_ids).values_list("seed_flow_id", flat=True))
+    skipped: list[Event] = []
+    for flow in flows:
+        if flow.pk in seeded:
+            continue
+        reason = disqualifier(flow)
+        if reason is None:
+            extract_pathway(flow.pk, actor=actor)
+        else:
+            skipped.append(Event(Action.PATHWAY_SKIPPED, actor, flow, {"disqualifier": reason}))
+    if skipped:
+        with transaction.atomic():
+            record_many(skipped)
+
+
+def extract_after_close(sender: Any, *, flows: Sequence[ClosedFlow], **kwargs: Any) -> None:
+    """``flows_closed`` receiver: runs after the close committed; never fails the close."""
     try:
-        extract_pathway(flow_id)
+        extract_pathways([flow.flow_id for flow in flows])
     except Exception:
-        logger.exception("pathway extraction failed for flow %s", flow_id)
+        logger.exception("pathway extraction failed for flows %s", ", ".join(str(flow.flow_id) for flow in flows))
 
 
 @transaction.atomic

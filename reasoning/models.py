@@ -74,6 +74,9 @@ class ReasoningFlow(models.Model):
     # HMAC-SHA256 (Django's salted_hmac, key derived from SECRET_KEY) of the canonical JSON
     # of the validated create request, hex: replays with a client-chosen id must match it.
     request_hash = models.CharField(max_length=64, editable=False)
+    # The OpenTelemetry span that opened the flow (hex), for flows recorded through /v1/traces:
+    # its children's parent links resolve against it. Blank for flows opened through the JSON routes.
+    root_span_id = models.CharField(max_length=16, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
     closed_at = models.DateTimeField(null=True, blank=True)
 
@@ -90,6 +93,8 @@ class ReasoningFlow(models.Model):
             ),
             # One correlation id reconstructs a whole agent turn: GET /admin/v1/reasoning/flows?trace_id=
             models.Index(fields=["trace_id", "created_at"], name="reasoning_flow_trace_created"),
+            # OTLP ingest: a child span finds the flow its parent span opened.
+            models.Index(fields=["root_span_id"], name="reasoning_flow_root_span", condition=~Q(root_span_id="")),
             # Newest flows first, unfiltered: the admin flow list and Django admin's changelist.
             models.Index(fields=["created_at"], name="reasoning_flow_created"),
             # The decay job: active flows older than the cut-off.
@@ -140,6 +145,13 @@ class ReasoningStep(models.Model):
     decision_graph_node_ref = models.CharField(max_length=200, blank=True, default="")
     memory_claim_ref = models.CharField(max_length=200, blank=True, default="")
     span_id = models.CharField(max_length=64, blank=True, default="")
+    # Model usage, as OpenTelemetry's gen_ai.* attributes report it (or the JSON routes take it).
+    model = models.CharField(max_length=200, blank=True, default="", db_default="")
+    input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    reasoning_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # When the step began (a span's start time); steps read in this order, then by position.
+    started_at = models.DateTimeField(null=True, blank=True)
     # Raw model chain-of-thought: encrypted, read only with the reasoning.cot.read scope
     # and include_reasoning=true (audited), purged after REASONING_CONTENT_RETENTION_DAYS.
     # The character count outlives the content.
@@ -170,6 +182,8 @@ class ReasoningStep(models.Model):
                 name="reasoning_step_cot_created",
                 condition=Q(reasoning_content__isnull=False),
             ),
+            # OTLP ingest: a span's parent is found by its span id.
+            models.Index(fields=["span_id"], name="reasoning_step_span", condition=~Q(span_id="")),
             # Children of a step (DAG walks from a parent).
             models.Index(
                 fields=["parent_step", "created_at"],
@@ -218,3 +232,35 @@ class ApiToken(models.Model):
     def is_usable(self, now: datetime | None = None) -> bool:
         now = now or timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+class PendingSpan(models.Model):
+    """An OpenTelemetry span whose ancestors have not arrived yet (``POST /v1/traces``).
+
+    Exporters send a span when it ends, so children come before their parents and may
+    come in another request. Such a span is stored here, durably, before the answer, and
+    becomes a step when the span that places it in a flow arrives. The mapped span is
+    kept encrypted: message content may be PHI until the step's PII split stores it.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    trace_id = models.CharField(max_length=32)
+    span_id = models.CharField(max_length=16)
+    parent_span_id = models.CharField(max_length=16)
+    # The mapped span (reasoning.otlp.MappedSpan as JSON) and who sent it.
+    mapped = EncryptedTextField()
+    actor = models.CharField(max_length=200)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "reasoning_pending_span"
+        constraints = [
+            models.UniqueConstraint(fields=["trace_id", "span_id"], name="reasoning_pendingspan_trace_span"),
+        ]
+        indexes = [
+            # The decay job: spans whose flow never came, oldest first.
+            models.Index(fields=["received_at"], name="reasoning_pendingspan_received"),
+        ]
+
+    def __str__(self) -> str:
+        return f"pending span {self.span_id} of trace {self.trace_id}"

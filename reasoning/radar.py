@@ -8,11 +8,13 @@ the library contributes nothing (sparse family, no hits).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
 from django.utils import timezone
 
 from reasoning.dimensions import LOW_CONFIDENCE, DimensionInputs, radar
@@ -28,12 +30,18 @@ class LibraryFacts:
     demoted: bool = False
 
 
-_library_facts: Callable[[ReasoningFlow], LibraryFacts] | None = None
+# Given the flows, their facts by flow id (flows the library knows nothing about may be left out).
+LibraryFactsProvider = Callable[[Sequence[ReasoningFlow]], Mapping[uuid.UUID, LibraryFacts]]
+_library_facts: LibraryFactsProvider | None = None
 
 
-def register_library_facts(provider: Callable[[ReasoningFlow], LibraryFacts] | None) -> None:
+def register_library_facts(provider: LibraryFactsProvider | None) -> None:
     global _library_facts
     _library_facts = provider
+
+
+def library_facts_of(flows: Sequence[ReasoningFlow]) -> Mapping[uuid.UUID, LibraryFacts]:
+    return _library_facts(flows) if _library_facts and flows else {}
 
 
 def verdicts_of(verdict_steps: Iterable[tuple[str, Any]]) -> dict[str, str]:
@@ -54,41 +62,92 @@ def evidence_hits_of(metrics: Any) -> int | None:
     return hits if isinstance(hits, int) and not isinstance(hits, bool) else None
 
 
-def aborted_siblings(flow: ReasoningFlow) -> int:
-    return (
-        ReasoningFlow.objects.filter(
-            trigger_type=flow.trigger_type, trigger_ref=flow.trigger_ref, flow_state=ReasoningFlow.State.ABORTED
+@dataclass(frozen=True)
+class StepFacts:
+    """What the radar reads of a step."""
+
+    kind: str
+    agent: str
+    confidence: float | None
+    outputs: Any
+
+
+def aborted_siblings_of(flows: Sequence[ReasoningFlow]) -> dict[uuid.UUID, int]:
+    """For each flow, the aborted flows with its trigger (type and ref), itself excluded: one query."""
+    pairs = sorted({(flow.trigger_type, flow.trigger_ref) for flow in flows})
+    if not pairs:
+        return {}
+    counts: dict[tuple[str, str], tuple[int, set[uuid.UUID]]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT f.trigger_type, f.trigger_ref, count(*), "
+            "array_agg(f.id) FILTER (WHERE f.id = ANY(%s)) "
+            "FROM reasoning_flow f JOIN unnest(%s::text[], %s::text[]) AS t(trigger_type, trigger_ref) "
+            "ON f.trigger_type = t.trigger_type AND f.trigger_ref = t.trigger_ref "
+            "WHERE f.flow_state = %s GROUP BY f.trigger_type, f.trigger_ref",
+            [
+                [flow.pk for flow in flows],
+                [kind for kind, _ in pairs],
+                [ref for _, ref in pairs],
+                ReasoningFlow.State.ABORTED.value,
+            ],
         )
-        .exclude(pk=flow.pk)
-        .count()
-    )
+        for trigger_type, trigger_ref, count, own in cursor.fetchall():
+            counts[(trigger_type, trigger_ref)] = (count, set(own or ()))
+    result = {}
+    for flow in flows:
+        count, own = counts.get((flow.trigger_type, flow.trigger_ref), (0, set()))
+        result[flow.pk] = count - (flow.pk in own)
+    return result
 
 
-def flow_inputs(flow: ReasoningFlow, *, now: datetime | None = None) -> DimensionInputs:
-    now = now or timezone.now()
-    steps = list(ReasoningStep.objects.filter(flow_id=flow.pk).order_by("position").values_list("kind", "confidence"))
-    verdict_steps = (
-        ReasoningStep.objects.filter(flow_id=flow.pk, kind=VERDICT_KIND)
-        .order_by("position")
-        .values_list("agent", "outputs")
-    )
-    confidences = [confidence for _, confidence in steps if confidence is not None]
-    facts = _library_facts(flow) if _library_facts else LibraryFacts()
+def inputs_of(
+    flow: ReasoningFlow, steps: Sequence[StepFacts], *, facts: LibraryFacts, aborted_siblings: int, now: datetime
+) -> DimensionInputs:
+    """The radar's inputs for a flow, from its steps in position order."""
+    confidences = [step.confidence for step in steps if step.confidence is not None]
     decided_at = flow.closed_at or flow.created_at
     return DimensionInputs(
         step_confidences=confidences,
         evidence_hits=evidence_hits_of(flow.outcome_metrics),
-        distinct_step_kinds=len({kind for kind, _ in steps}),
+        distinct_step_kinds=len({step.kind for step in steps}),
         hit_count=facts.hit_count,
         family_maturity=facts.family_maturity,
         age_days=max(0.0, (now - decided_at).total_seconds() / 86400),
-        verdicts=verdicts_of(verdict_steps),
-        aborted_siblings=aborted_siblings(flow),
+        verdicts=verdicts_of((step.agent, step.outputs) for step in steps if step.kind == VERDICT_KIND),
+        aborted_siblings=aborted_siblings,
         demoted=facts.demoted,
         low_confidence_steps=sum(1 for c in confidences if c < LOW_CONFIDENCE),
         guard_failed=flow.patient_safe_summary is False,
     )
 
 
+def radars_of(
+    flows: Sequence[ReasoningFlow], steps: Mapping[uuid.UUID, Sequence[StepFacts]], *, now: datetime
+) -> dict[uuid.UUID, dict[str, dict[str, Any]]]:
+    """The radars of several flows whose steps the caller has (closing flows): two queries
+    whatever their number (aborted siblings, and the library's facts)."""
+    siblings = aborted_siblings_of(flows)
+    facts = library_facts_of(flows)
+    return {
+        flow.pk: radar(
+            inputs_of(
+                flow,
+                steps.get(flow.pk, ()),
+                facts=facts.get(flow.pk, LibraryFacts()),
+                aborted_siblings=siblings.get(flow.pk, 0),
+                now=now,
+            )
+        )
+        for flow in flows
+    }
+
+
 def flow_radar(flow: ReasoningFlow, *, now: datetime | None = None) -> dict[str, dict[str, Any]]:
-    return radar(flow_inputs(flow, now=now))
+    """The radar of one stored flow (older flows closed before snapshots existed)."""
+    rows = ReasoningStep.objects.filter(flow_id=flow.pk).order_by("position")
+    steps = [
+        StepFacts(kind, agent, confidence, outputs)
+        for kind, agent, confidence, outputs in rows.values_list("kind", "agent", "confidence", "outputs")
+    ]
+    return radars_of([flow], {flow.pk: steps}, now=now or timezone.now())[flow.pk]

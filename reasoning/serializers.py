@@ -77,6 +77,25 @@ class StepCreateSerializer(StrictSerializer):
     decision_graph_node_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
     memory_claim_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
     span_id = StrictCharField(max_length=64, required=False, allow_blank=True)
+    model = StrictCharField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        validators=[multiline_text_validator],
+        help_text="The model that answered (`gen_ai.response.model`), e.g. `gpt-4o-2024-08-06`.",
+    )
+    input_tokens = StrictIntegerField(min_value=0, max_value=2_147_483_647, required=False, allow_null=True)
+    output_tokens = StrictIntegerField(min_value=0, max_value=2_147_483_647, required=False, allow_null=True)
+    reasoning_tokens = StrictIntegerField(
+        min_value=0,
+        max_value=2_147_483_647,
+        required=False,
+        allow_null=True,
+        help_text="Reasoning (thinking) tokens, where the provider reports them.",
+    )
+    started_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="When the step began; a flow's steps are read in this order."
+    )
     reasoning_content = StrictCharField(
         max_length=200_000,
         required=False,
@@ -212,6 +231,11 @@ STEP_FIELDS = [
     "decision_graph_node_ref",
     "memory_claim_ref",
     "span_id",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "started_at",
     "pii_fields",
     "created_at",
 ]

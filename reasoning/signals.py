@@ -1,11 +1,23 @@
 """Signals other apps subscribe to, so ``reasoning`` never imports them.
 
-``flow_closed`` is sent after the closing transaction commits, with ``flow_id`` and
-``flow_state``. Receivers must not raise into the close: the sender logs and swallows.
+``flows_closed`` is sent once per request, after the closing transaction commits, with
+``flows``: a list of ``ClosedFlow`` (every flow that request closed; one for the close
+route, up to a hundred for the bulk ingest route), so receivers can do their work for
+all of them together. Receivers must not raise into the close: the sender logs and
+swallows.
 """
 
 from __future__ import annotations
 
+import uuid
+from typing import NamedTuple
+
 from django.dispatch import Signal
 
-flow_closed = Signal()
+
+class ClosedFlow(NamedTuple):
+    flow_id: uuid.UUID
+    flow_state: str
+
+
+flows_closed = Signal()

@@ -8,8 +8,8 @@ class ResearchBacklogConfig(AppConfig):
     verbose_name = "Research backlog"
 
     def ready(self) -> None:
-        from reasoning.signals import flow_closed
+        from reasoning.signals import flows_closed
         from research_backlog.producers import produce_after_close
 
         # Producers run after every flow close commits (reasoning never imports this app).
-        flow_closed.connect(produce_after_close, dispatch_uid="research_backlog.produce_after_close")
+        flows_closed.connect(produce_after_close, dispatch_uid="research_backlog.produce_after_close")

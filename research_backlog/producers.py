@@ -20,12 +20,13 @@ result of backlog work, and re-enqueueing it would loop forever.
 from __future__ import annotations
 
 import logging
-import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
 
 from reasoning.models import ReasoningFlow
+from reasoning.signals import ClosedFlow
 from research_backlog import services
 from research_backlog.models import ClaimReview, ResearchRequest
 
@@ -115,14 +116,13 @@ def produce(flow: ReasoningFlow) -> str | None:
     return None
 
 
-def produce_after_close(sender: Any, *, flow_id: uuid.UUID, **kwargs: Any) -> None:
-    """``flow_closed`` receiver. A failure is logged, never raised into the close."""
+def produce_after_close(sender: Any, *, flows: Sequence[ClosedFlow], **kwargs: Any) -> None:
+    """``flows_closed`` receiver: the closed flows are read in one query. A failure is
+    logged, never raised into the close."""
     if not (settings.RESEARCH_AUTO_ENQUEUE_ENABLED or settings.CRITIC_AUTO_ENQUEUE_ENABLED):
         return
-    flow = ReasoningFlow.objects.filter(pk=flow_id).first()
-    if flow is None:
-        return
-    try:
-        produce(flow)
-    except Exception:
-        logger.exception("backlog producer failed for flow %s", flow_id)
+    for flow in ReasoningFlow.objects.filter(pk__in=[closed.flow_id for closed in flows]).order_by("created_at"):
+        try:
+            produce(flow)
+        except Exception:
+            logger.exception("backlog producer failed for flow %s", flow.pk)

@@ -17,6 +17,7 @@ from pathways import services
 from pathways.models import Pathway
 from pathways.services import extract_after_close, extract_pathway
 from reasoning.models import ReasoningFlow
+from reasoning.signals import ClosedFlow
 from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
@@ -222,21 +223,21 @@ def test_extracting_an_unknown_flow_is_not_found() -> None:
 # --- Failures never fail the close ------------------------------------------------------
 
 
-def boom(flow_id: uuid.UUID, **kwargs: Any) -> Pathway | None:
+def boom(flow_ids: Any, **kwargs: Any) -> None:
     raise RuntimeError("extractor exploded")
 
 
 def test_receiver_swallows_and_logs_an_extraction_failure(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(services, "extract_pathway", boom)
+    monkeypatch.setattr(services, "extract_pathways", boom)
     flow_id = uuid.uuid4()
 
     with caplog.at_level(logging.ERROR, logger="pathways.services"):
-        extract_after_close(ReasoningFlow, flow_id=flow_id, flow_state="completed")
+        extract_after_close(ReasoningFlow, flows=[ClosedFlow(flow_id, "completed")])
 
     messages = [r.getMessage() for r in caplog.records if r.name == "pathways.services"]
-    assert messages == [f"pathway extraction failed for flow {flow_id}"]
+    assert messages == [f"pathway extraction failed for flows {flow_id}"]
 
 
 def test_failed_extraction_does_not_fail_the_close(

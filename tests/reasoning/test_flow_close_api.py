@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow
-from reasoning.signals import flow_closed
+from reasoning.signals import ClosedFlow, flows_closed
 from tests.factories import add_step
 
 pytestmark = pytest.mark.django_db
@@ -187,21 +187,21 @@ def test_close_with_read_only_token_is_403(reader: APIClient, flow: dict[str, An
     assert ReasoningFlow.objects.get(pk=flow["id"]).flow_state == ReasoningFlow.State.ACTIVE
 
 
-# --- The after-commit flow_closed signal --------------------------------------------------
+# --- The after-commit flows_closed signal --------------------------------------------------
 
 
 @pytest.fixture
 def connect_receiver() -> Iterator[Callable[[Callable[..., Any]], None]]:
-    """Connect receivers to ``flow_closed`` for one test; disconnect them afterwards."""
+    """Connect receivers to ``flows_closed`` for one test; disconnect them afterwards."""
     connected: list[Callable[..., Any]] = []
 
     def connect(receiver: Callable[..., Any]) -> None:
-        flow_closed.connect(receiver, weak=False)
+        flows_closed.connect(receiver, weak=False)
         connected.append(receiver)
 
     yield connect
     for receiver in connected:
-        flow_closed.disconnect(receiver)
+        flows_closed.disconnect(receiver)
 
 
 def test_flow_closed_signal_is_sent_only_after_commit(
@@ -221,8 +221,7 @@ def test_flow_closed_signal_is_sent_only_after_commit(
     for callback in callbacks:
         callback()
     assert len(calls) == 1
-    assert calls[0]["flow_id"] == uuid.UUID(flow["id"])
-    assert calls[0]["flow_state"] == "completed"
+    assert calls[0]["flows"] == [ClosedFlow(uuid.UUID(flow["id"]), "completed")]
 
 
 def test_flow_closed_signal_carries_aborted_state(
@@ -237,7 +236,7 @@ def test_flow_closed_signal_carries_aborted_state(
     with django_capture_on_commit_callbacks(execute=True):
         agent.patch(flow_url(flow["id"]), ABORT, format="json")
 
-    assert [(c["flow_id"], c["flow_state"]) for c in calls] == [(uuid.UUID(flow["id"]), "aborted")]
+    assert [c["flows"] for c in calls] == [[ClosedFlow(uuid.UUID(flow["id"]), "aborted")]]
 
 
 def test_failed_close_sends_no_signal(
@@ -276,7 +275,7 @@ def test_receiver_that_raises_does_not_fail_the_close(
 
     assert response.status_code == 200
     # The failure is logged for operators, naming the flow.
-    own_records = [r.getMessage() for r in caplog.records if r.name == "reasoning.services"]
+    own_records = [r.getMessage() for r in caplog.records if r.name == "reasoning.ingest"]
     assert any(flow["id"] in message and "RuntimeError" in message for message in own_records)
     assert ReasoningFlow.objects.get(pk=flow["id"]).flow_state == ReasoningFlow.State.COMPLETED
     assert len(events("reasoning.flow.completed")) == 1

@@ -354,7 +354,7 @@ def test_the_same_id_twice_in_one_batch_is_400(agent: APIClient, flow: dict[str,
     response = post_batch(agent, flow["id"], [step_body(id=step_id), step_body(id=step_id)])
 
     assert response.status_code == 400
-    assert "id" in response.json()
+    assert response.json() == {"steps[1].id": ["step ids must be unique within a request"]}
     assert_nothing_written(flow["id"])
 
 

@@ -1,0 +1,600 @@
+"""The one write path of flows and steps, done in bulk.
+
+Every route that records reasoning ends here: ``POST /api/reasoning/ingest`` (whole
+flows), ``POST /v1/traces`` (OpenTelemetry spans, through ``reasoning.traces``) and the
+single routes (open, step, steps/batch, close; ``reasoning.services`` wraps them). A
+request is a list of ``Item``s; an item is one flow's part of the request: open it
+(``create``), append ``steps``, ``close`` it, or any of these together.
+
+Each item is all or none; items are independent. The writes of all accepted items go
+to the database together, in one transaction and a fixed number of statements whatever
+the number of items and steps (multi-row inserts, ``UPDATE … FROM unnest``, one
+``INSERT … SELECT FROM unnest`` for the audit events), and the close of every closing
+flow (outcome confidence, summary guard, radar snapshot) is computed for all of them at
+once. After commit, ``flows_closed`` is sent once, with every flow that closed.
+
+Retries are safe with client-chosen ids: an item whose flow, steps and close are all
+stored exactly as sent is ``replayed``; a different body under a stored id is a conflict.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+from django.utils.crypto import salted_hmac
+
+from audit.actions import Action
+from audit.services import Event, payload_float, record_many
+from core.errors import Conflict, InvalidInput, NotFound, ServiceError
+from patients.models import Patient
+from reasoning import metrics
+from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.radar import StepFacts, radars_of
+from reasoning.signals import ClosedFlow, flows_closed
+from reasoning.summary_guard import check_all
+
+logger = logging.getLogger(__name__)
+
+State = ReasoningFlow.State
+Status = Literal["created", "replayed", "rejected"]
+
+# The close fields a replayed close must match.
+_CLOSE_FIELDS = ("flow_state", "outcome_type", "outcome_summary", "abort_reason", "outcome_metrics")
+
+
+def request_fingerprint(data: Mapping[str, Any]) -> str:
+    """Keyed hash of a validated request body, for idempotent retries.
+
+    Keyed (HMAC with a key derived from SECRET_KEY) because the body includes PII
+    values: a plain digest in the row would let anyone holding a database copy confirm
+    a guessed name or MRN.
+    """
+    encoded = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return salted_hmac("reasoning.request_fingerprint", encoded, algorithm="sha256").hexdigest()
+
+
+@dataclass
+class Item:
+    """One flow's part of a request. Fields are validated request data (serializer output).
+
+    ``flow_id``: the flow to open (client-chosen, or generated when None) or to append to
+    and close. ``create``: the open request's fields (FlowCreate, without ``id``), or None
+    to name a stored flow. ``steps``: StepCreate bodies in order. ``close``: FlowClose.
+    ``where``: how errors name the item's fields (``flows[3].``); ``step_where``: how they
+    name a step (``steps[{}].``, or ``""`` for the one-step route).
+    """
+
+    flow_id: uuid.UUID | None = None
+    create: Mapping[str, Any] | None = None
+    steps: Sequence[Mapping[str, Any]] = ()
+    close: Mapping[str, Any] | None = None
+    where: str = ""
+    step_where: str = "steps[{}]."
+    # Set by the OTLP path: the span that opens the flow, and the flow's real times.
+    root_span_id: str = ""
+    created_at: datetime | None = None
+    closed_at: datetime | None = None
+    # Replays of the open request compare this instead of the fingerprint of ``create``
+    # (the OTLP path fingerprints the whole span).
+    fingerprint: str | None = None
+    # A close of a closed flow with the same fields is a replay (bulk routes); the close
+    # route answers 409 to any second close.
+    replay_close: bool = True
+
+    def __post_init__(self) -> None:
+        if self.flow_id is not None and not isinstance(self.flow_id, uuid.UUID):
+            self.flow_id = uuid.UUID(str(self.flow_id))
+
+
+@dataclass
+class Result:
+    status: Status
+    flow: ReasoningFlow | None = None
+    steps: list[ReasoningStep] = field(default_factory=list)
+    error: ServiceError | None = None
+    # Which parts this request wrote (False for a replayed part).
+    opened: bool = False
+    closed: bool = False
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def write(items: Sequence[Item], *, actor: str) -> list[Result]:
+    """Write the items; one ``Result`` per item, in order. See the module docstring."""
+    try:
+        results, plans = _write(items, actor)
+    except IntegrityError:
+        # A concurrent request stored one of these ids between our read and our write.
+        # Each item again on its own: now its replay (or its conflict) is visible.
+        if len(items) == 1:
+            results, plans = _write(items, actor)
+        else:
+            results, plans = [], []
+            for item in items:
+                try:
+                    one, wrote = _write([item], actor)
+                except IntegrityError:
+                    one, wrote = [Result("rejected", error=_RACED)], []
+                results.extend(one)
+                plans.extend(wrote)
+    _count(plans)
+    return results
+
+
+_RACED = Conflict("a concurrent request wrote the same ids; retry this item")
+
+
+@dataclass
+class _Plan:
+    """What one accepted item writes."""
+
+    item: Item
+    flow: ReasoningFlow
+    new_flow: bool
+    new_steps: list[ReasoningStep]
+    replayed_steps: list[ReasoningStep]
+    closing: bool
+
+
+class _Rejected(Exception):
+    def __init__(self, error: ServiceError) -> None:
+        self.error = error
+
+
+@transaction.atomic(durable=True)
+def _write(items: Sequence[Item], actor: str) -> tuple[list[Result], list[_Plan]]:
+    now = timezone.now()
+    prepared = [_prepare(item) for item in items]
+    named = {item.flow_id for item in items if item.flow_id is not None}
+    # Locks the stored flows this request touches, in id order (no deadlock between two
+    # requests): a concurrent step write or close waits for this one, then sees its steps.
+    stored_flows = (
+        {flow.pk: flow for flow in ReasoningFlow.objects.filter(pk__in=named).order_by("pk").select_for_update()}
+        if named
+        else {}
+    )
+    stored_steps = _stored_steps(prepared)
+    known_patients = _known_patients(items, stored_flows)
+
+    results: list[Result] = []
+    plans: list[_Plan] = []
+    for item, steps in zip(items, prepared, strict=True):
+        if isinstance(steps, ServiceError):
+            results.append(Result("rejected", error=steps))
+            continue
+        try:
+            plan = _plan(item, steps, stored_flows, stored_steps, known_patients, now)
+        except _Rejected as rejected:
+            results.append(Result("rejected", error=rejected.error))
+            continue
+        plans.append(plan)
+        results.append(Result("created"))  # filled in below
+    _close_all([plan for plan in plans if plan.closing], stored_steps=stored_steps, now=now)
+    _insert(plans, now)
+    record_many(list(_events(plans, actor)))
+
+    accepted = iter(plans)
+    for index, result in enumerate(results):
+        if result.status == "rejected":
+            continue
+        plan = next(accepted)
+        wrote = plan.new_flow or bool(plan.new_steps) or plan.closing
+        results[index] = Result(
+            "created" if wrote else "replayed",
+            flow=plan.flow,
+            steps=plan.replayed_steps or plan.new_steps,
+            opened=plan.new_flow,
+            closed=plan.closing,
+        )
+    closed = [ClosedFlow(plan.flow.pk, plan.flow.flow_state) for plan in plans if plan.closing]
+    if closed:
+        transaction.on_commit(lambda: announce(closed))
+    return results, plans
+
+
+# --- Reading what the request refers to -------------------------------------------------
+
+
+def _prepare(item: Item) -> list[tuple[ReasoningStep, bool]] | ServiceError:
+    """The item's unsaved steps (PII split off) and whether the client chose each id."""
+    prepared = [_prepare_step(dict(body)) for body in item.steps]
+    seen: set[uuid.UUID] = set()
+    for index, (step, has_id) in enumerate(prepared):
+        if has_id and step.id in seen:
+            where = f"{item.where}{_step_field(item, index)}id"
+            return InvalidInput("step ids must be unique within a request", field=where)
+        seen.add(step.id)
+    return prepared
+
+
+def _step_field(item: Item, index: int) -> str:
+    """``steps[2].``; ``""`` for the one-step route."""
+    return item.step_where.format(index)
+
+
+def _prepare_step(fields: dict[str, Any]) -> tuple[ReasoningStep, bool]:
+    fingerprint = request_fingerprint(fields)
+    client_id = fields.pop("id", None)
+    pii_fields = list(dict.fromkeys(fields.pop("pii_fields", None) or []))
+    inputs, inputs_pii = _split_pii(fields.pop("inputs", None) or {}, pii_fields)
+    outputs, outputs_pii = _split_pii(fields.pop("outputs", None) or {}, pii_fields)
+    reasoning_content = fields.pop("reasoning_content", None) or None
+    step = ReasoningStep(
+        reasoning_content=reasoning_content,
+        reasoning_content_chars=len(reasoning_content) if reasoning_content else None,
+        id=client_id or uuid.uuid4(),
+        extra_parent_ids=list(dict.fromkeys(fields.pop("extra_parent_ids", None) or [])),
+        inputs=inputs,
+        outputs=outputs,
+        pii_fields=pii_fields,
+        inputs_pii=inputs_pii,
+        outputs_pii=outputs_pii,
+        request_hash=fingerprint,
+        **fields,
+    )
+    return step, client_id is not None
+
+
+def _split_pii(document: dict[str, Any], pii_fields: list[str]) -> tuple[dict[str, Any], str | None]:
+    """Move the declared top-level keys out of ``document``; return (rest, encrypted JSON)."""
+    if not pii_fields:
+        return document, None
+    secret = {key: document[key] for key in pii_fields if key in document}
+    rest = {key: value for key, value in document.items() if key not in secret}
+    return rest, (json.dumps(secret) if secret else None)
+
+
+def _stored_steps(prepared: Sequence[list[tuple[ReasoningStep, bool]] | ServiceError]) -> dict[uuid.UUID, Any]:
+    """Stored steps named by the request (client ids, parents), in one query."""
+    wanted: set[uuid.UUID] = set()
+    for steps in prepared:
+        if isinstance(steps, ServiceError):
+            continue
+        for step, has_id in steps:
+            if has_id:
+                wanted.add(step.id)
+            if step.parent_step_id is not None:
+                wanted.add(step.parent_step_id)
+            wanted.update(step.extra_parent_ids)
+    if not wanted:
+        return {}
+    return {step.pk: step for step in ReasoningStep.objects.filter(pk__in=wanted).defer("reasoning_content")}
+
+
+def _known_patients(items: Sequence[Item], stored_flows: Mapping[uuid.UUID, ReasoningFlow]) -> set[uuid.UUID]:
+    wanted = {
+        item.create["patient_id"]
+        for item in items
+        if item.create and item.create.get("patient_id") and item.flow_id not in stored_flows
+    }
+    return set(Patient.objects.filter(pk__in=wanted).values_list("pk", flat=True)) if wanted else set()
+
+
+# --- Deciding, per item ---------------------------------------------------------------------
+
+
+def _plan(
+    item: Item,
+    prepared: list[tuple[ReasoningStep, bool]],
+    stored_flows: Mapping[uuid.UUID, ReasoningFlow],
+    stored_steps: Mapping[uuid.UUID, ReasoningStep],
+    known_patients: set[uuid.UUID],
+    now: datetime,
+) -> _Plan:
+    flow = stored_flows.get(item.flow_id) if item.flow_id is not None else None
+    new_flow = False
+    if item.create is not None:
+        fingerprint = item.fingerprint or request_fingerprint(
+            {**item.create, **({"id": item.flow_id} if item.flow_id else {})}
+        )
+        if flow is not None:
+            if flow.request_hash != fingerprint:
+                raise _Rejected(Conflict(f"id {flow.pk} already exists with a different body", field=f"{item.where}id"))
+        else:
+            flow = _new_flow(item, fingerprint, known_patients, now)
+            new_flow = True
+    elif flow is None:
+        missing = NotFound(f"flow {item.flow_id} does not exist", field=f"{item.where}id" if item.where else None)
+        raise _Rejected(missing)
+
+    replayed_steps = _replayed_steps(item, flow, prepared, stored_steps)
+    new_steps = [] if replayed_steps else [step for step, _ in prepared]
+    closing = False
+    if item.close is not None:
+        if flow.is_active:
+            closing = True
+        elif item.replay_close and not new_steps and _same_close(flow, item.close):
+            pass  # the close is replayed
+        else:
+            raise _Rejected(_closed(flow, item))
+    if new_steps:
+        if not flow.is_active:
+            raise _Rejected(_closed(flow, item))
+        _check_parents(item, flow, new_steps, stored_steps)
+        first = flow.step_count + 1
+        for offset, step in enumerate(new_steps):
+            step.flow_id = flow.pk
+            step.position = first + offset
+        flow.step_count += len(new_steps)
+    plan = _Plan(item, flow, new_flow, new_steps, replayed_steps, closing)
+    if closing:
+        assert item.close is not None
+        flow.flow_state = item.close["flow_state"]
+        flow.closed_at = item.closed_at or now
+        flow.outcome_type = item.close.get("outcome_type", "")
+        flow.outcome_summary = item.close.get("outcome_summary", "")
+        flow.abort_reason = item.close.get("abort_reason", "")
+        flow.outcome_metrics = dict(item.close.get("outcome_metrics") or {})
+    return plan
+
+
+def _new_flow(item: Item, fingerprint: str, known_patients: set[uuid.UUID], now: datetime) -> ReasoningFlow:
+    assert item.create is not None
+    fields = dict(item.create)
+    fields.pop("id", None)
+    patient_id = fields.pop("patient_id", None)
+    if patient_id is not None and patient_id not in known_patients:
+        raise _Rejected(InvalidInput("unknown patient", field=f"{item.where}patient_id"))
+    if not fields.get("trace_id"):
+        fields["trace_id"] = uuid.uuid4().hex
+    flow = ReasoningFlow(
+        patient_id=patient_id,
+        request_hash=fingerprint,
+        root_span_id=item.root_span_id,
+        created_at=item.created_at or now,
+        **fields,
+    )
+    flow.id = item.flow_id or uuid.uuid4()
+    return flow
+
+
+def _closed(flow: ReasoningFlow, item: Item) -> Conflict:
+    return Conflict(
+        f"flow {flow.pk} is {flow.flow_state}; it no longer accepts changes",
+        field=f"{item.where}id" if item.where else None,
+    )
+
+
+def _same_close(flow: ReasoningFlow, close: Mapping[str, Any]) -> bool:
+    sent = {name: close.get(name, {} if name == "outcome_metrics" else "") for name in _CLOSE_FIELDS}
+    stored = {name: getattr(flow, name) for name in _CLOSE_FIELDS}
+    return sent == stored
+
+
+def _replayed_steps(
+    item: Item,
+    flow: ReasoningFlow,
+    prepared: list[tuple[ReasoningStep, bool]],
+    stored_steps: Mapping[uuid.UUID, ReasoningStep],
+) -> list[ReasoningStep]:
+    """The stored steps if the item's steps are an exact retry; [] if none of them exist yet."""
+    if not any(has_id and step.id in stored_steps for step, has_id in prepared):
+        return []
+    replayed = []
+    for index, (step, has_id) in enumerate(prepared):
+        existing = stored_steps.get(step.id) if has_id else None
+        where = f"{item.where}{_step_field(item, index)}id"
+        if existing is None:
+            raise _Rejected(
+                Conflict("some steps of this request already exist; retry the same request unchanged", field=where)
+            )
+        if existing.flow_id != flow.pk:
+            raise _Rejected(Conflict(f"id {step.id} already names a step of another flow", field=where))
+        if existing.request_hash != step.request_hash:
+            raise _Rejected(Conflict(f"id {existing.pk} already exists with a different body", field=where))
+        replayed.append(existing)
+    return replayed
+
+
+def _check_parents(
+    item: Item, flow: ReasoningFlow, steps: list[ReasoningStep], stored_steps: Mapping[uuid.UUID, ReasoningStep]
+) -> None:
+    """Every parent is a stored step of this flow or an earlier step of this item."""
+    earlier: set[uuid.UUID] = set()
+    for index, step in enumerate(steps):
+        where = f"{item.where}{_step_field(item, index)}"
+
+        def known(pk: uuid.UUID) -> bool:
+            stored = stored_steps.get(pk)
+            return pk in earlier or (stored is not None and stored.flow_id == flow.pk)
+
+        if step.parent_step_id is not None and not known(step.parent_step_id):
+            raise _Rejected(
+                InvalidInput("must be an existing, earlier step of the same flow", field=f"{where}parent_step_id")
+            )
+        if step.parent_step_id in step.extra_parent_ids:
+            raise _Rejected(InvalidInput("must not repeat parent_step_id", field=f"{where}extra_parent_ids"))
+        missing = [str(pk) for pk in step.extra_parent_ids if not known(pk)]
+        if missing:
+            raise _Rejected(
+                InvalidInput(f"not earlier steps of this flow: {', '.join(missing)}", field=f"{where}extra_parent_ids")
+            )
+        earlier.add(step.id)
+
+
+# --- Closing, for all closing flows at once ----------------------------------------------------
+
+
+def _close_all(plans: Sequence[_Plan], *, stored_steps: Mapping[uuid.UUID, ReasoningStep], now: datetime) -> None:
+    """Outcome confidence (the weakest step), summary guard and radar snapshot of every
+    closing flow. Stored steps are read in one query (the flows are locked, so the set is
+    final); this request's steps are in memory."""
+    if not plans:
+        return
+    facts: dict[uuid.UUID, list[StepFacts]] = {plan.flow.pk: [] for plan in plans}
+    summaries: dict[uuid.UUID, list[str]] = {plan.flow.pk: [] for plan in plans}
+    confidences: dict[uuid.UUID, list[float]] = {plan.flow.pk: [] for plan in plans}
+    earlier = [plan.flow.pk for plan in plans if not plan.new_flow]
+    if earlier:
+        rows = (
+            ReasoningStep.objects.filter(flow_id__in=earlier)
+            .order_by("flow_id", "position")
+            .values_list("flow_id", "kind", "agent", "confidence", "outputs", "summary_text")
+        )
+        for flow_id, kind, agent, confidence, outputs, summary in rows:
+            facts[flow_id].append(StepFacts(kind, agent, confidence, outputs))
+            summaries[flow_id].append(summary)
+            if confidence is not None:
+                confidences[flow_id].append(confidence)
+    for plan in plans:
+        pk = plan.flow.pk
+        for step in plan.new_steps:
+            facts[pk].append(StepFacts(step.kind, step.agent, step.confidence, step.outputs))
+            summaries[pk].append(step.summary_text)
+            if step.confidence is not None:
+                confidences[pk].append(step.confidence)
+        flow = plan.flow
+        flow.outcome_confidence = min(confidences[pk]) if confidences[pk] else None
+        verdict = check_all([flow.trigger_summary, *summaries[pk], flow.outcome_summary])
+        flow.patient_safe_summary = verdict.ok
+        flow.summary_guard_rule = verdict.rule or ""
+    flows = [plan.flow for plan in plans]
+    for flow, snapshot in zip(flows, _snapshots(flows, facts, now), strict=True):
+        flow.dimensions_snapshot = snapshot
+
+
+def _snapshots(
+    flows: list[ReasoningFlow], facts: Mapping[uuid.UUID, list[StepFacts]], now: datetime
+) -> list[dict[str, Any]]:
+    # The radar counts aborted siblings among stored flows: rows of this request are not
+    # stored yet, so the closing flows are passed as they will be.
+    radars = radars_of(flows, facts, now=now)
+    return [radars[flow.pk] for flow in flows]
+
+
+# --- Writing -----------------------------------------------------------------------------------
+
+
+def _insert(plans: Sequence[_Plan], now: datetime) -> None:
+    new_flows = [plan.flow for plan in plans if plan.new_flow]
+    if new_flows:
+        ReasoningFlow.objects.bulk_create(new_flows)
+    steps = [step for plan in plans for step in plan.new_steps]
+    for step in steps:
+        if step.created_at is None:
+            step.created_at = now
+    if steps:
+        ReasoningStep.objects.bulk_create(steps)
+    changed = [plan.flow for plan in plans if not plan.new_flow and (plan.new_steps or plan.closing)]
+    if changed:
+        _update_flows(changed)
+
+
+def _update_flows(flows: Sequence[ReasoningFlow]) -> None:
+    """Step counts and close fields of stored flows, in one statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE reasoning_flow f SET
+                step_count = v.step_count,
+                flow_state = v.flow_state,
+                closed_at = v.closed_at,
+                outcome_type = v.outcome_type,
+                outcome_summary = v.outcome_summary,
+                outcome_confidence = v.outcome_confidence,
+                abort_reason = v.abort_reason,
+                outcome_metrics = v.outcome_metrics::jsonb,
+                patient_safe_summary = v.patient_safe_summary,
+                summary_guard_rule = v.summary_guard_rule,
+                dimensions_snapshot = v.dimensions_snapshot::jsonb
+            FROM unnest(
+                %s::uuid[], %s::int[], %s::text[], %s::timestamptz[], %s::text[], %s::text[],
+                %s::float8[], %s::text[], %s::text[], %s::bool[], %s::text[], %s::text[]
+            ) AS v(id, step_count, flow_state, closed_at, outcome_type, outcome_summary,
+                   outcome_confidence, abort_reason, outcome_metrics, patient_safe_summary,
+                   summary_guard_rule, dimensions_snapshot)
+            WHERE f.id = v.id
+            """,
+            [
+                [flow.pk for flow in flows],
+                [flow.step_count for flow in flows],
+                [flow.flow_state for flow in flows],
+                [flow.closed_at for flow in flows],
+                [flow.outcome_type for flow in flows],
+                [flow.outcome_summary for flow in flows],
+                [flow.outcome_confidence for flow in flows],
+                [flow.abort_reason for flow in flows],
+                [json.dumps(flow.outcome_metrics) for flow in flows],
+                [flow.patient_safe_summary for flow in flows],
+                [flow.summary_guard_rule for flow in flows],
+                [None if flow.dimensions_snapshot is None else json.dumps(flow.dimensions_snapshot) for flow in flows],
+            ],
+        )
+
+
+def _events(plans: Sequence[_Plan], actor: str) -> Iterator[Event]:
+    for plan in plans:
+        flow = plan.flow
+        if plan.new_flow:
+            yield Event(
+                Action.FLOW_STARTED,
+                actor,
+                flow,
+                {"trigger_type": flow.trigger_type, "agent": flow.agent, "has_patient": flow.patient_id is not None},
+            )
+        for step in plan.new_steps:
+            yield Event(
+                Action.STEP_CREATED,
+                actor,
+                step,
+                {
+                    "flow_id": str(flow.pk),
+                    "position": step.position,
+                    "kind": step.kind,
+                    "agent": step.agent,
+                    "parent_count": (step.parent_step_id is not None) + len(step.extra_parent_ids),
+                    "pii_field_count": len(step.pii_fields),
+                    "reasoning_content_chars": step.reasoning_content_chars,
+                },
+            )
+        if plan.closing:
+            yield Event(
+                Action.FLOW_COMPLETED if flow.flow_state == State.COMPLETED else Action.FLOW_ABORTED,
+                actor,
+                flow,
+                {
+                    "outcome_type": flow.outcome_type,
+                    "step_count": flow.step_count,
+                    "outcome_confidence": payload_float(flow.outcome_confidence),
+                    "timeout": flow.abort_reason == "timeout",
+                    "patient_safe_summary": flow.patient_safe_summary,
+                    "summary_guard_rule": flow.summary_guard_rule or None,
+                },
+            )
+
+
+def _count(plans: Sequence[_Plan]) -> None:
+    """The OpenTelemetry counters, once the request committed."""
+    for plan in plans:
+        flow = plan.flow
+        if plan.new_flow:
+            metrics.record_flow_started(flow.trigger_type)
+        for step in plan.new_steps:
+            metrics.record_step_written(step.kind, step.agent)
+        if plan.closing:
+            metrics.record_flow_closed(
+                state=flow.flow_state,
+                trigger_type=flow.trigger_type,
+                outcome_type=flow.outcome_type,
+                patient_safe_summary=flow.patient_safe_summary,
+                step_count=flow.step_count,
+                latency_ms=max(((flow.closed_at or timezone.now()) - flow.created_at).total_seconds() * 1000.0, 0.0),
+            )
+
+
+def announce(closed: Sequence[ClosedFlow]) -> None:
+    """Send ``flows_closed``; a failing receiver is logged, never raised into the close."""
+    for receiver, result in flows_closed.send_robust(sender=ReasoningFlow, flows=list(closed)):
+        if isinstance(result, Exception):
+            flow_ids = ", ".join(str(flow.flow_id) for flow in closed)
+            logger.error("flows_closed receiver %s failed for flows %s: %s", receiver, flow_ids, type(result).__name__)
