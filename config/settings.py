@@ -167,6 +167,14 @@ MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
 # Request bodies above this size get a 413 with a JSON message (REQUEST_MAX_BYTES).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("REQUEST_MAX_BYTES", 1_048_576, minimum=1024)
+# The bulk write routes (POST /api/reasoning/ingest, POST /v1/traces) take larger bodies: up
+# to INGEST_MAX_BYTES as sent and, when gzip-encoded, as decompressed (413 beyond).
+INGEST_MAX_BYTES = env_int("INGEST_MAX_BYTES", 16 * 1_048_576, minimum=1024)
+BULK_BODY_PATHS = ("/api/reasoning/ingest", "/v1/traces")
+# What POST /v1/traces does with message content (gen_ai.input.messages, tool arguments, …),
+# which may hold PHI: "encrypt" stores it only in the steps' encrypted PII columns, "drop"
+# never stores it (raw reasoning included).
+OTLP_MESSAGE_CONTENT = env_choice("OTLP_MESSAGE_CONTENT", ("encrypt", "drop"), "encrypt")
 
 # --- API ----------------------------------------------------------------------------
 REST_FRAMEWORK = {

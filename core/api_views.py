@@ -13,6 +13,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from core.errors import InvalidInput
@@ -123,3 +124,30 @@ def parse_flag(raw: str | None, field: str) -> bool:
     if raw in ("true", "1"):
         return True
     raise InvalidInput("must be true or false", field=field)
+
+
+def flat_errors(errors: Any, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested validation errors as one flat mapping named from the body's root:
+    ``{"steps": {2: {"confidence": [...]}}}`` becomes ``{"steps[2].confidence": [...]}``."""
+    flat: dict[str, list[str]] = {}
+
+    def walk(detail: Any, name: str) -> None:
+        if isinstance(detail, Mapping):
+            for key, value in detail.items():
+                if key == api_settings.NON_FIELD_ERRORS_KEY:
+                    walk(value, name)
+                elif isinstance(key, int):
+                    walk(value, f"{name}[{key}]")
+                else:
+                    walk(value, f"{name}.{key}" if name else str(key))
+        elif isinstance(detail, list) and detail and all(isinstance(item, str) for item in detail):
+            flat.setdefault(name, []).extend(str(item) for item in detail)
+        elif isinstance(detail, list):
+            for index, value in enumerate(detail):
+                if value:
+                    walk(value, f"{name}[{index}]")
+        else:
+            flat.setdefault(name, []).append(str(detail))
+
+    walk(errors, prefix)
+    return flat

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import zlib
 from collections.abc import Callable
 
 from django.conf import settings
@@ -11,7 +12,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 
 class ChunkedBodyMiddleware:
-    """Read a ``Transfer-Encoding`` (chunked) body, or refuse it — never see it as empty.
+    """Read a ``Transfer-Encoding`` (chunked) body, or refuse it — never see it as empty;
+    and read the bulk routes' larger, possibly gzip-encoded bodies (``_read_bulk_body``).
 
     Django sizes a WSGI body by ``CONTENT_LENGTH`` alone, and a chunked request has none, so
     without this a chunked ``{"trigger_type": "no_such_type"}`` reads as ``{}``. What each
@@ -30,8 +32,12 @@ class ChunkedBodyMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if isinstance(request, WSGIRequest) and _has_transfer_coding(request.environ):
-            refusal = _read_whole_body(request)
+        if isinstance(request, WSGIRequest) and request.path in settings.BULK_BODY_PATHS:
+            refusal = _read_bulk_body(request)
+            if refusal is not None:
+                return refusal
+        elif isinstance(request, WSGIRequest) and _has_transfer_coding(request.environ):
+            refusal = _read_whole_body(request, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
             if refusal is not None:
                 return refusal
         return self.get_response(request)
@@ -42,18 +48,60 @@ def _has_transfer_coding(environ: dict[str, object]) -> bool:
     return coding not in ("", "identity")
 
 
-def _read_whole_body(request: WSGIRequest) -> HttpResponse | None:
+def _too_large() -> HttpResponse:
+    return JsonResponse({"detail": "Request body is too large."}, status=413)
+
+
+def _read_bulk_body(request: WSGIRequest) -> HttpResponse | None:
+    """The bulk write routes: read the body whole (chunked or framed), bounded by
+    ``INGEST_MAX_BYTES``, and decode ``Content-Encoding: gzip`` (bounded the same way, so a
+    small bomb cannot inflate past it). The view sees the plain body as ``request.body``."""
+    limit = settings.INGEST_MAX_BYTES
+    encoding = request.META.get("HTTP_CONTENT_ENCODING", "").strip().lower()
+    if encoding not in ("", "identity", "gzip"):
+        return JsonResponse(
+            {"detail": f"Unsupported Content-Encoding {encoding!r}: send gzip or no encoding."}, status=415
+        )
+    if _has_transfer_coding(request.environ):
+        refusal = _read_whole_body(request, limit)
+        if refusal is not None:
+            return refusal
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return JsonResponse({"detail": "Invalid Content-Length."}, status=400)
+    if length > limit:
+        return _too_large()
+    body = request.read(length) if length else b""
+    if encoding == "gzip":
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            body = inflater.decompress(body, limit + 1)
+        except zlib.error:
+            return JsonResponse({"detail": "Content-Encoding is gzip but the body is not valid gzip."}, status=400)
+        if len(body) > limit or inflater.unconsumed_tail:
+            return _too_large()
+        if not inflater.eof:
+            return JsonResponse({"detail": "The gzip body is truncated."}, status=400)
+        del request.META["HTTP_CONTENT_ENCODING"]
+    request.META["CONTENT_LENGTH"] = str(len(body))
+    # HttpRequest.body returns this without Django's DATA_UPLOAD_MAX_MEMORY_SIZE check.
+    request._body = body
+    request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[assignment]  # stub says BinaryIO
+    return None
+
+
+def _read_whole_body(request: WSGIRequest, limit: int | None) -> HttpResponse | None:
     environ = request.environ
     if not environ.get("wsgi.input_terminated"):
         return JsonResponse(
             {"detail": "Chunked request bodies are not supported by this server; send Content-Length."},
             status=411,
         )
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     stream = environ["wsgi.input"]
     body = stream.read() if limit is None else stream.read(limit + 1)
     if limit is not None and len(body) > limit:
-        return JsonResponse({"detail": "Request body is too large."}, status=413)
+        return _too_large()
     # From here on the request looks like one that came with Content-Length: Django's own
     # size checks, form parsing and DRF's parsers all read these two.
     request.META["CONTENT_LENGTH"] = str(len(body))

@@ -127,7 +127,7 @@ def write(items: Sequence[Item], *, actor: str) -> list[Result]:
                     one, wrote = [Result("rejected", error=_RACED)], []
                 results.extend(one)
                 plans.extend(wrote)
-    _count(plans)
+    count(plans)
     return results
 
 
@@ -135,7 +135,7 @@ _RACED = Conflict("a concurrent request wrote the same ids; retry this item")
 
 
 @dataclass
-class _Plan:
+class Plan:
     """What one accepted item writes."""
 
     item: Item
@@ -152,7 +152,15 @@ class _Rejected(Exception):
 
 
 @transaction.atomic(durable=True)
-def _write(items: Sequence[Item], actor: str) -> tuple[list[Result], list[_Plan]]:
+def _write(items: Sequence[Item], actor: str) -> tuple[list[Result], list[Plan]]:
+    return write_in_transaction(items, actor=actor)
+
+
+def write_in_transaction(items: Sequence[Item], *, actor: str) -> tuple[list[Result], list[Plan]]:
+    """``write`` inside the caller's transaction (the OTLP path parks and releases spans in
+    the same one). Returns the results and what was written, for ``count`` after commit."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("write_in_transaction() must run inside a transaction")
     now = timezone.now()
     prepared = [_prepare(item) for item in items]
     named = {item.flow_id for item in items if item.flow_id is not None}
@@ -167,11 +175,18 @@ def _write(items: Sequence[Item], actor: str) -> tuple[list[Result], list[_Plan]
     known_patients = _known_patients(items, stored_flows)
 
     results: list[Result] = []
-    plans: list[_Plan] = []
+    plans: list[Plan] = []
+    seen: set[uuid.UUID] = set()
     for item, steps in zip(items, prepared, strict=True):
         if isinstance(steps, ServiceError):
             results.append(Result("rejected", error=steps))
             continue
+        if item.flow_id is not None:
+            if item.flow_id in seen:
+                again = "this flow appears in an earlier item; send one item per flow"
+                results.append(Result("rejected", error=Conflict(again, field=f"{item.where}id")))
+                continue
+            seen.add(item.flow_id)
         try:
             plan = _plan(item, steps, stored_flows, stored_steps, known_patients, now)
         except _Rejected as rejected:
@@ -290,7 +305,7 @@ def _plan(
     stored_steps: Mapping[uuid.UUID, ReasoningStep],
     known_patients: set[uuid.UUID],
     now: datetime,
-) -> _Plan:
+) -> Plan:
     flow = stored_flows.get(item.flow_id) if item.flow_id is not None else None
     new_flow = False
     if item.create is not None:
@@ -326,7 +341,7 @@ def _plan(
             step.flow_id = flow.pk
             step.position = first + offset
         flow.step_count += len(new_steps)
-    plan = _Plan(item, flow, new_flow, new_steps, replayed_steps, closing)
+    plan = Plan(item, flow, new_flow, new_steps, replayed_steps, closing)
     if closing:
         assert item.close is not None
         flow.flow_state = item.close["flow_state"]
@@ -425,7 +440,7 @@ def _check_parents(
 # --- Closing, for all closing flows at once ----------------------------------------------------
 
 
-def _close_all(plans: Sequence[_Plan], *, stored_steps: Mapping[uuid.UUID, ReasoningStep], now: datetime) -> None:
+def _close_all(plans: Sequence[Plan], *, stored_steps: Mapping[uuid.UUID, ReasoningStep], now: datetime) -> None:
     """Outcome confidence (the weakest step), summary guard and radar snapshot of every
     closing flow. Stored steps are read in one query (the flows are locked, so the set is
     final); this request's steps are in memory."""
@@ -475,7 +490,7 @@ def _snapshots(
 # --- Writing -----------------------------------------------------------------------------------
 
 
-def _insert(plans: Sequence[_Plan], now: datetime) -> None:
+def _insert(plans: Sequence[Plan], now: datetime) -> None:
     new_flows = [plan.flow for plan in plans if plan.new_flow]
     if new_flows:
         ReasoningFlow.objects.bulk_create(new_flows)
@@ -532,7 +547,7 @@ def _update_flows(flows: Sequence[ReasoningFlow]) -> None:
         )
 
 
-def _events(plans: Sequence[_Plan], actor: str) -> Iterator[Event]:
+def _events(plans: Sequence[Plan], actor: str) -> Iterator[Event]:
     for plan in plans:
         flow = plan.flow
         if plan.new_flow:
@@ -573,8 +588,8 @@ def _events(plans: Sequence[_Plan], actor: str) -> Iterator[Event]:
             )
 
 
-def _count(plans: Sequence[_Plan]) -> None:
-    """The OpenTelemetry counters, once the request committed."""
+def count(plans: Sequence[Plan]) -> None:
+    """The OpenTelemetry counters, once the request committed (``write`` calls it)."""
     for plan in plans:
         flow = plan.flow
         if plan.new_flow:

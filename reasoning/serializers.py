@@ -156,6 +156,87 @@ class FlowCloseSerializer(StrictSerializer):
         return attrs
 
 
+# --- POST /api/reasoning/ingest ---------------------------------------------------------
+MAX_INGEST_FLOWS = 100
+MAX_INGEST_STEPS = 1000
+
+
+class IngestItemSerializer(FlowCreateSerializer):
+    """One flow of an ingest request: open it (its fields as ``POST /api/reasoning/flows`` takes
+    them), append ``steps`` and ``close`` it; or, with only ``id``, ``steps`` and ``close``,
+    append to and close a stored active flow."""
+
+    trigger_type = label_field(
+        required=False, help_text="What opened the flow. Required to open one; leave out to name a stored flow."
+    )
+    steps: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=StepCreateSerializer(), max_length=MAX_INGEST_STEPS, required=False, help_text="In order."
+    )
+    close = FlowCloseSerializer(required=False, help_text="Close the flow after its steps (as the PATCH takes it).")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "trigger_type" not in attrs:
+            opening = sorted(set(attrs) - {"id", "steps", "close"})
+            if opening:
+                raise serializers.ValidationError(
+                    {"trigger_type": ["Required to open a flow (this item sets " + ", ".join(opening) + ")."]}
+                )
+            if "id" not in attrs:
+                raise serializers.ValidationError(
+                    {"id": ["Required: the id of a stored flow to append to, or give trigger_type to open one."]}
+                )
+        return attrs
+
+
+class IngestSerializer(StrictSerializer):
+    flows: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=IngestItemSerializer(), min_length=1, max_length=MAX_INGEST_FLOWS
+    )
+
+
+class IngestItemResultSerializer(serializers.Serializer[Any]):
+    index = serializers.IntegerField(help_text="The item's position in `flows`.")
+    id = serializers.UUIDField(allow_null=True, help_text="The flow's id (null when a rejected item had none).")
+    status = serializers.ChoiceField(
+        choices=["created", "replayed", "rejected"],
+        help_text="`created`: something was written; `replayed`: everything was already stored exactly as "
+        "sent; `rejected`: nothing of this item was written (see `errors`).",
+    )
+    flow_state = serializers.ChoiceField(choices=ReasoningFlow.State.choices, allow_null=True)
+    step_count = serializers.IntegerField(allow_null=True, help_text="The flow's steps after this request.")
+    # "errors" shadows Serializer.errors in the stubs only: DRF's metaclass takes declared fields off the class.
+    errors = serializers.DictField(  # type: ignore[assignment]
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text='Field errors named from the body\'s root: `{"flows[3].steps[2].summary_text": [...]}`.',
+    )
+
+
+class IngestResultSerializer(serializers.Serializer[Any]):
+    flows = IngestItemResultSerializer(many=True)
+    created = serializers.IntegerField()
+    replayed = serializers.IntegerField()
+    rejected = serializers.IntegerField()
+
+
+# --- POST /v1/traces (documentation of the OTLP JSON answers) -------------------------------
+
+
+class OtlpPartialSuccessSerializer(serializers.Serializer[Any]):
+    rejectedSpans = serializers.CharField(help_text="The count, as OTLP JSON writes int64: a string.")
+    errorMessage = serializers.CharField(help_text="Why, span by span (the first five).")
+
+
+class OtlpExportResponseSerializer(serializers.Serializer[Any]):
+    partialSuccess = OtlpPartialSuccessSerializer(required=False, help_text="Only when some spans were rejected.")
+
+
+class OtlpStatusSerializer(serializers.Serializer[Any]):
+    """A ``google.rpc.Status``: the OTLP/HTTP error body."""
+
+    code = serializers.IntegerField(help_text="google.rpc.Code (3 INVALID_ARGUMENT, 16 UNAUTHENTICATED, …).")
+    message = serializers.CharField()
+
+
 # Responses are built by the *_representation functions below (plain attribute reads;
 # DRF's JSON encoder formats UUIDs and datetimes exactly as its serializer fields do).
 # Building a ModelSerializer per response cost ~1 ms of the ~3 ms write path; the

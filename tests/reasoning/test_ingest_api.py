@@ -1,0 +1,409 @@
+"""POST /api/reasoning/ingest: whole flows in one request, each item all or none, items independent."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from pytest_django.fixtures import Settings
+from rest_framework.test import APIClient
+
+from audit.models import AuditEvent
+from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.signals import ClosedFlow, flows_closed
+from tests.factories import add_step, open_flow
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/reasoning/ingest"
+
+
+def step(n: int = 0, **fields: Any) -> dict[str, Any]:
+    return {
+        "kind": "retrieval",
+        "agent": "researcher",
+        "summary_text": f"Reviewed the evidence, pass {n}",
+        "confidence": 0.95,
+        **fields,
+    }
+
+
+def whole_flow(steps: int = 3, *, close: bool = True, **fields: Any) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "id": str(uuid.uuid4()),
+        "trigger_type": "user_question",
+        "trigger_ref": "bench/case-1",
+        "agent": "researcher",
+        "steps": [step(n, id=str(uuid.uuid4())) for n in range(steps)],
+        **fields,
+    }
+    if close:
+        item["close"] = {"flow_state": "completed", "outcome_type": "recommendation_delivered"}
+    return item
+
+
+def ingest(client: APIClient, *items: dict[str, Any]) -> Any:
+    return client.post(URL, {"flows": list(items)}, format="json")
+
+
+def actions_for(flow_id: str) -> list[str]:
+    step_ids = [str(pk) for pk in ReasoningStep.objects.filter(flow_id=flow_id).values_list("pk", flat=True)]
+    return list(
+        AuditEvent.objects.filter(target_id__in=[flow_id, *step_ids])
+        .exclude(action__startswith="reasoning.pathway")
+        .order_by("id")
+        .values_list("action", flat=True)
+    )
+
+
+# --- Success ------------------------------------------------------------------------------------
+
+
+def test_one_request_opens_fills_and_closes_a_flow(agent: APIClient) -> None:
+    item = whole_flow(3)
+    item["steps"][1]["parent_step_id"] = item["steps"][0]["id"]
+    item["steps"][2]["confidence"] = 0.7
+
+    response = ingest(agent, item)
+
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["created"] == 1 and body["replayed"] == 0 and body["rejected"] == 0
+    assert body["flows"] == [
+        {"index": 0, "id": item["id"], "status": "created", "flow_state": "completed", "step_count": 3, "errors": {}}
+    ]
+    flow = ReasoningFlow.objects.get(pk=item["id"])
+    assert flow.outcome_confidence == 0.7  # the weakest step
+    assert flow.patient_safe_summary is True
+    assert set(flow.dimensions_snapshot or {}) == {"confidence", "coverage", "maturity", "recency", "consensus", "risk"}
+    steps = list(ReasoningStep.objects.filter(flow=flow).order_by("position"))
+    assert [str(s.pk) for s in steps] == [s["id"] for s in item["steps"]]
+    assert [s.position for s in steps] == [1, 2, 3]
+    assert str(steps[1].parent_step_id) == item["steps"][0]["id"]
+    assert actions_for(item["id"]) == [
+        "reasoning.flow.started",
+        "reasoning.step.created",
+        "reasoning.step.created",
+        "reasoning.step.created",
+        "reasoning.flow.completed",
+    ]
+
+
+def test_items_are_independent_and_errors_name_the_item_and_step(agent: APIClient) -> None:
+    good, bad, also_good = whole_flow(2), whole_flow(2), whole_flow(1)
+    bad["steps"][1]["summary_text"] = "x" * 281
+
+    response = ingest(agent, good, bad, also_good)
+
+    assert response.status_code == 207, response.content
+    body = response.json()
+    assert [item["status"] for item in body["flows"]] == ["created", "rejected", "created"]
+    assert body["flows"][1]["id"] == bad["id"]
+    assert list(body["flows"][1]["errors"]) == ["flows[1].steps[1].summary_text"]
+    assert (body["created"], body["rejected"]) == (2, 1)
+    assert not ReasoningFlow.objects.filter(pk=bad["id"]).exists()
+    assert not ReasoningStep.objects.filter(pk__in=[s["id"] for s in bad["steps"]]).exists()
+    assert ReasoningFlow.objects.filter(pk__in=[good["id"], also_good["id"]], flow_state="completed").count() == 2
+
+
+def test_a_bad_parent_rejects_only_its_item_naming_the_field(agent: APIClient) -> None:
+    good, bad = whole_flow(1), whole_flow(2)
+    bad["steps"][1]["parent_step_id"] = str(uuid.uuid4())
+
+    body = ingest(agent, good, bad).json()
+
+    assert body["flows"][1]["errors"] == {
+        "flows[1].steps[1].parent_step_id": ["must be an existing, earlier step of the same flow"]
+    }
+    assert not ReasoningFlow.objects.filter(pk=bad["id"]).exists()
+    assert ReasoningFlow.objects.filter(pk=good["id"]).exists()
+
+
+def test_sending_the_same_body_again_is_a_replay_that_writes_nothing(agent: APIClient) -> None:
+    items = [whole_flow(2), whole_flow(1, close=False)]
+    assert ingest(agent, *items).status_code == 200
+    events = AuditEvent.objects.count()
+
+    response = ingest(agent, *items)
+
+    assert response.status_code == 200
+    assert [item["status"] for item in response.json()["flows"]] == ["replayed", "replayed"]
+    assert AuditEvent.objects.count() == events
+    assert ReasoningStep.objects.count() == 3
+
+
+def test_the_same_id_with_another_body_is_rejected_as_a_conflict(agent: APIClient) -> None:
+    item = whole_flow(1)
+    ingest(agent, item)
+
+    response = ingest(agent, {**item, "trigger_ref": "another/case"})
+
+    result = response.json()["flows"][0]
+    assert result["status"] == "rejected"
+    assert result["errors"] == {"flows[0].id": [f"id {item['id']} already exists with a different body"]}
+
+
+def test_one_flow_twice_in_a_request_rejects_the_second(agent: APIClient) -> None:
+    item = whole_flow(1)
+
+    body = ingest(agent, item, {"id": item["id"], "steps": [step(9)]}).json()
+
+    assert [result["status"] for result in body["flows"]] == ["created", "rejected"]
+    assert "flows[1].id" in body["flows"][1]["errors"]
+
+
+def test_a_long_running_agent_sends_its_flow_in_pieces(agent: APIClient) -> None:
+    opened = whole_flow(1, close=False)
+    ingest(agent, opened)
+    first_step = opened["steps"][0]["id"]
+
+    appended = ingest(agent, {"id": opened["id"], "steps": [step(1, parent_step_id=first_step)]})
+    closed = ingest(
+        agent, {"id": opened["id"], "close": {"flow_state": "aborted", "abort_reason": "tool_error"}}
+    )
+
+    assert appended.json()["flows"][0] | {"errors": {}} == {
+        "index": 0,
+        "id": opened["id"],
+        "status": "created",
+        "flow_state": "active",
+        "step_count": 2,
+        "errors": {},
+    }
+    assert closed.json()["flows"][0]["flow_state"] == "aborted"
+    flow = ReasoningFlow.objects.get(pk=opened["id"])
+    assert (flow.step_count, flow.abort_reason) == (2, "tool_error")
+    assert ReasoningStep.objects.get(flow=flow, position=2).parent_step_id == uuid.UUID(first_step)
+
+
+def test_a_flow_opened_by_the_single_route_takes_steps_and_close_from_ingest(agent: APIClient) -> None:
+    flow = open_flow(agent)
+    stored = add_step(agent, flow["id"])
+
+    body = ingest(
+        agent,
+        {
+            "id": flow["id"],
+            "steps": [step(1, parent_step_id=stored["id"], confidence=0.5)],
+            "close": {"flow_state": "completed", "outcome_type": "answered"},
+        },
+    ).json()
+
+    assert body["flows"][0]["status"] == "created"
+    closed = ReasoningFlow.objects.get(pk=flow["id"])
+    assert (closed.flow_state, closed.step_count, closed.outcome_confidence) == ("completed", 2, 0.5)
+
+
+def test_steps_for_a_closed_flow_are_rejected(agent: APIClient) -> None:
+    item = whole_flow(1)
+    ingest(agent, item)
+
+    result = ingest(agent, {"id": item["id"], "steps": [step(5)]}).json()["flows"][0]
+
+    assert result["status"] == "rejected"
+    assert result["errors"] == {"flows[0].id": [f"flow {item['id']} is completed; it no longer accepts changes"]}
+
+
+def test_appending_to_an_unknown_flow_is_rejected(agent: APIClient) -> None:
+    missing = str(uuid.uuid4())
+
+    result = ingest(agent, {"id": missing, "steps": [step()]}).json()["flows"][0]
+
+    assert result["errors"] == {"flows[0].id": [f"flow {missing} does not exist"]}
+
+
+def test_an_item_without_trigger_type_or_id_says_what_is_missing(agent: APIClient) -> None:
+    body = ingest(agent, {"steps": [step()]}, {"agent": "researcher", "steps": []}, {"id": "x"}).json()
+
+    errors = [result["errors"] for result in body["flows"]]
+    assert list(errors[0]) == ["flows[0].id"]
+    assert list(errors[1]) == ["flows[1].trigger_type"]
+    assert list(errors[2]) == ["flows[2].id"]
+
+
+def test_unknown_item_fields_are_named(agent: APIClient) -> None:
+    odd_step, odd_flow = whole_flow(1), whole_flow(1)
+    odd_step["steps"][0]["colour"] = "blue"
+    odd_flow["priority"] = 1
+
+    body = ingest(agent, odd_step, odd_flow).json()
+
+    assert body["flows"][0]["errors"] == {"flows[0].steps[0].colour": ["Unknown field."]}
+    assert body["flows"][1]["errors"] == {"flows[1].priority": ["Unknown field."]}
+
+
+def test_pii_is_split_off_and_usage_is_stored(agent: APIClient) -> None:
+    item = whole_flow(0)
+    item["steps"] = [
+        step(
+            inputs={"query": "labs", "patient_name": "Jane Example"},
+            pii_fields=["patient_name"],
+            model="gpt-4o-2024-08-06",
+            input_tokens=812,
+            output_tokens=96,
+            reasoning_tokens=40,
+            started_at="2026-12-01T10:00:00Z",
+        )
+    ]
+
+    ingest(agent, item)
+
+    stored = ReasoningStep.objects.get(flow_id=item["id"])
+    assert stored.inputs == {"query": "labs"}
+    assert json.loads(stored.inputs_pii or "{}") == {"patient_name": "Jane Example"}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT inputs_pii FROM reasoning_step WHERE id = %s", [stored.pk])
+        (ciphertext,) = cursor.fetchone()
+    assert "Jane Example" not in ciphertext
+    assert (stored.model, stored.input_tokens, stored.output_tokens, stored.reasoning_tokens) == (
+        "gpt-4o-2024-08-06",
+        812,
+        96,
+        40,
+    )
+    assert stored.started_at is not None and stored.started_at.isoformat() == "2026-12-01T10:00:00+00:00"
+
+
+def test_the_guard_runs_at_close_for_every_flow(agent: APIClient) -> None:
+    safe, unsafe = whole_flow(1), whole_flow(1)
+    unsafe["steps"][0]["summary_text"] = "Emailed jane.doe@example.com the result"
+
+    ingest(agent, safe, unsafe)
+
+    assert ReasoningFlow.objects.get(pk=safe["id"]).patient_safe_summary is True
+    flagged = ReasoningFlow.objects.get(pk=unsafe["id"])
+    assert flagged.patient_safe_summary is False and flagged.summary_guard_rule
+
+
+@pytest.fixture
+def closed_signals() -> Iterator[list[list[ClosedFlow]]]:
+    calls: list[list[ClosedFlow]] = []
+
+    def receiver(sender: Any, flows: list[ClosedFlow], **kwargs: Any) -> None:
+        calls.append(flows)
+
+    flows_closed.connect(receiver, weak=False)
+    yield calls
+    flows_closed.disconnect(receiver)
+
+
+def test_close_hooks_run_once_for_all_the_flows_of_the_request(
+    agent: APIClient, closed_signals: list[list[ClosedFlow]], django_capture_on_commit_callbacks: Any
+) -> None:
+    items = [whole_flow(1), whole_flow(1), whole_flow(1, close=False)]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest(agent, *items)
+
+    assert closed_signals == [
+        [ClosedFlow(uuid.UUID(items[0]["id"]), "completed"), ClosedFlow(uuid.UUID(items[1]["id"]), "completed")]
+    ]
+
+
+def test_the_number_of_queries_does_not_grow_with_flows_or_steps(agent: APIClient) -> None:
+    def queries(*items: dict[str, Any]) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert ingest(agent, *items).status_code == 200
+        return len(captured)
+
+    queries(whole_flow(1))  # warm caches (token, content types)
+    one = queries(whole_flow(1))
+    many = queries(*[whole_flow(10) for _ in range(20)])
+
+    assert many == one
+
+
+# --- The envelope -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ([], "detail"),
+        ({"flows": []}, "flows"),
+        ({"flows": "all"}, "flows"),
+        ({"flows": [whole_flow(0)], "extra": 1}, "extra"),
+        ({}, "flows"),
+    ],
+)
+def test_a_body_that_is_not_flows_is_400(agent: APIClient, body: Any, field: str) -> None:
+    response = agent.post(URL, body, format="json")
+
+    assert response.status_code == 400
+    assert field in response.json()
+
+
+def test_more_than_100_flows_or_1000_steps_is_400(agent: APIClient) -> None:
+    too_many_flows = agent.post(URL, {"flows": [whole_flow(0) for _ in range(101)]}, format="json")
+    too_many_steps = agent.post(URL, {"flows": [whole_flow(501), whole_flow(500)]}, format="json")
+
+    assert too_many_flows.status_code == 400 and "flows" in too_many_flows.json()
+    assert too_many_steps.status_code == 400
+    assert too_many_steps.json() == {"flows": ["At most 1000 steps in all per request (got 1001)."]}
+    assert not ReasoningFlow.objects.exists()
+
+
+def test_not_json_is_415(agent: APIClient) -> None:
+    response = agent.post(URL, b"flows=1", content_type="application/x-www-form-urlencoded")
+
+    assert response.status_code == 415
+
+
+def test_bodies_past_the_single_route_limit_are_accepted_up_to_ingest_max_bytes(
+    agent: APIClient, settings: Settings
+) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 20_000
+    settings.INGEST_MAX_BYTES = 60_000
+    big = [whole_flow(1, trigger_summary="Question about a medication change") for _ in range(60)]
+    assert 20_000 < len(json.dumps({"flows": big})) < 60_000
+
+    accepted = ingest(agent, *big)
+
+    assert accepted.status_code == 200, accepted.content
+    settings.INGEST_MAX_BYTES = 20_000
+    refused = ingest(agent, *[whole_flow(2) for _ in range(100)])
+    assert refused.status_code == 413
+
+
+def test_a_gzip_body_is_decoded(agent: APIClient) -> None:
+    item = whole_flow(2)
+    body = gzip.compress(json.dumps({"flows": [item]}).encode())
+
+    response = agent.post(URL, body, content_type="application/json", headers={"Content-Encoding": "gzip"})
+
+    assert response.status_code == 200, response.content
+    assert ReasoningFlow.objects.filter(pk=item["id"]).exists()
+
+
+def test_a_gzip_bomb_is_413_and_bad_gzip_400(agent: APIClient, settings: Settings) -> None:
+    settings.INGEST_MAX_BYTES = 100_000
+    bomb = gzip.compress(b'{"flows": [' + b" " * 5_000_000 + b"]}")
+    assert len(bomb) < 100_000
+
+    inflated = agent.post(URL, bomb, content_type="application/json", headers={"Content-Encoding": "gzip"})
+    broken = agent.post(URL, b"not gzip", content_type="application/json", headers={"Content-Encoding": "gzip"})
+    brotli = agent.post(URL, b"{}", content_type="application/json", headers={"Content-Encoding": "br"})
+
+    assert inflated.status_code == 413
+    assert broken.status_code == 400
+    assert brotli.status_code == 415
+
+
+def test_it_needs_the_write_scope(anonymous: APIClient, reader: APIClient) -> None:
+    assert ingest(anonymous, whole_flow(1)).status_code == 401
+    assert ingest(reader, whole_flow(1)).status_code == 403
+    assert not ReasoningFlow.objects.exists()
+
+
+def test_the_answer_is_documented(client_for: Callable[[str | None], APIClient]) -> None:
+    schema = client_for(None).get("/api/schema/", {"format": "json"}).json()
+
+    operation = schema["paths"]["/api/reasoning/ingest"]["post"]
+    assert set(operation["responses"]) >= {"200", "207", "400", "401", "403", "413"}
+    assert operation["requestBody"]["content"]["application/json"]["examples"]
