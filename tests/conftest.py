@@ -6,7 +6,7 @@ record, made under a frozen clock) overrides the fixture of the same name next t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from patients.models import Patient
-from tests.factories import PASSWORD, logged_in
+from tests.factories import PASSWORD, logged_in, open_flow
 from tests.fakes import Sleeps
 
 # Installed before any instrument records: reasoning.metrics' proxy instruments bind to it.
@@ -184,15 +184,9 @@ def audit_actions() -> Callable[[], list[str]]:
 
 
 @pytest.fixture
-def flow(agent: APIClient) -> Iterator[dict[str, Any]]:
+def flow(agent: APIClient) -> dict[str, Any]:
     """An active flow opened by the agent."""
-    response = agent.post(
-        "/api/reasoning/flows",
-        {"trigger_type": "user_question", "trigger_ref": "q/1", "agent": "researcher"},
-        format="json",
-    )
-    assert response.status_code == 201, response.content
-    yield response.json()
+    return open_flow(agent, trigger_ref="q/1", agent="researcher")
 
 
 @pytest.fixture

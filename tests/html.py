@@ -67,6 +67,20 @@ class Element:
         """The text of the element with id ``ident``."""
         return self.by_id(ident).text
 
+    def definitions(self) -> dict[str, Element]:
+        """The terms of this definition list (or of the lists under it): each ``<dt>`` text to the
+        ``<dd>`` after it, in document order."""
+        pairs: dict[str, Element] = {}
+        term: str | None = None
+        for el in self.iter():
+            if el.tag == "dt":
+                term = el.text
+            elif el.tag == "dd" and term is not None:
+                assert term not in pairs, f"the term {term!r} is defined twice"
+                pairs[term] = el
+                term = None
+        return pairs
+
     def rows(self, ident: str) -> list[list[str]]:
         """The body rows of the table with id ``ident``, as lists of cell texts."""
         return [
@@ -104,7 +118,8 @@ class _TreeBuilder(HTMLParser):
 
 
 def parse(markup: str | bytes) -> Element:
-    """The document tree of ``markup`` (tag names lower-case, as the parser gives them)."""
+    """The document tree of ``markup`` (tag and attribute names lower-case, as the parser gives them:
+    SVG's ``viewBox`` is ``viewbox``)."""
     builder = _TreeBuilder()
     builder.feed(markup.decode() if isinstance(markup, bytes) else markup)
     builder.close()

@@ -6,8 +6,6 @@ import pytest
 from django.test import Client
 from django.urls import resolve
 
-from reasoning import services
-
 pytestmark = pytest.mark.django_db
 
 
@@ -20,11 +18,8 @@ def test_root_sends_an_anonymous_visitor_to_the_login_page() -> None:
     assert 'name="username"' in response.content.decode()
 
 
-def test_root_sends_an_operator_to_the_research_console() -> None:
-    client = Client()
-    client.force_login(services.create_operator(username="olga", password="correct horse battery", actor="system:test"))
-
-    response = client.get("/", follow=True)
+def test_root_sends_an_operator_to_the_research_console(operator_client: Client) -> None:
+    response = operator_client.get("/", follow=True)
 
     assert response.status_code == 200
     assert response.request["PATH_INFO"] == "/dashboard/admin/reasoning/research-console"
@@ -43,11 +38,8 @@ def test_operator_page_names_and_flow_ids_never_shadow_each_other(path: str, vie
     assert resolve(path).url_name == view
 
 
-def test_a_malformed_flow_id_is_the_flow_not_found_page() -> None:
-    client = Client()
-    client.force_login(services.create_operator(username="olga", password="correct horse battery", actor="system:test"))
-
-    response = client.get("/dashboard/admin/reasoning/not-a-flow")
+def test_a_malformed_flow_id_is_the_flow_not_found_page(operator_client: Client) -> None:
+    response = operator_client.get("/dashboard/admin/reasoning/not-a-flow")
 
     assert response.status_code == 404
     assert "Flow not found" in response.content.decode()

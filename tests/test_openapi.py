@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from reasoning import urls as reasoning_urls
+from tests.html import doc
 from tests.schema_check import assert_matches_schema
 
 SCHEMA_URL = "/api/schema/?format=json"
@@ -122,28 +122,17 @@ def test_schema_declares_the_bearer_security_scheme(schema: dict[str, Any]) -> N
     assert scheme["scheme"] == "bearer"
 
 
-class _AssetCollector(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.assets: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        wanted = {"script": "src", "link": "href"}.get(tag)
-        for name, value in attrs:
-            if name == wanted and value:
-                self.assets.append(value)
-
-
 def test_docs_page_uses_only_local_static_assets(db: None) -> None:
     response = APIClient().get("/api/docs/")
 
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/html")
-    collector = _AssetCollector()
-    collector.feed(response.content.decode())
-    assert any(a.endswith(".js") for a in collector.assets), "the Swagger UI bundle is referenced"
+    page = doc(response)
+    assets = [script.attrs["src"] for script in page.select("script") if script.attrs.get("src")]
+    assets += [link.attrs["href"] for link in page.select("link") if link.attrs.get("href")]
+    assert any(a.endswith(".js") for a in assets), "the Swagger UI bundle is referenced"
     static_prefix = "/" + settings.STATIC_URL.strip("/") + "/"
-    for asset in collector.assets:
+    for asset in assets:
         assert not re.match(r"^(https?:)?//", asset), f"CDN asset: {asset}"
         assert asset.startswith(static_prefix), asset
         assert finders.find(asset.removeprefix(static_prefix)) is not None, f"{asset} is not an installed file"

@@ -13,6 +13,7 @@ from audit.models import AuditEvent
 from patients.models import Patient
 from patients.services import create_patient
 from tests.factories import PASSWORD
+from tests.html import doc
 
 pytestmark = pytest.mark.django_db
 
@@ -120,14 +121,12 @@ def test_profile_shows_no_phi(non_consenting_patient: Patient, non_consenting_cl
 
 
 def test_toggle_form_works_with_and_without_js(non_consenting_client: Client) -> None:
-    body = non_consenting_client.get(PROFILE).content.decode()
+    form = doc(non_consenting_client.get(PROFILE)).one("form", id="consent-toggle")
 
-    form = re.search(r"<form id=\"consent-toggle\"[^>]*>", body)
-    assert form is not None
     # A plain POST form (no JS) that htmx upgrades to swap only itself.
-    assert 'method="post" action="/dashboard/profile/consent"' in form.group(0)
-    assert 'hx-post="/dashboard/profile/consent"' in form.group(0)
-    assert 'hx-swap="outerHTML"' in form.group(0)
+    assert (form.attrs["method"], form.attrs["action"]) == ("post", "/dashboard/profile/consent")
+    assert form.attrs["hx-post"] == "/dashboard/profile/consent"
+    assert form.attrs["hx-swap"] == "outerHTML"
 
 
 def test_page_loads_htmx_only_from_vendored_static(non_consenting_client: Client) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -15,8 +16,9 @@ from pytest_django import DjangoAssertNumQueries
 
 from audit.models import AuditEvent
 from patients.models import Patient
+from reasoning.models import ReasoningFlow, ReasoningStep
 from tests import factories
-from tests.html import parse
+from tests.html import Element, doc, parse
 
 pytestmark = pytest.mark.django_db
 
@@ -38,24 +40,43 @@ def html(response: Any) -> str:
     return str(response.content.decode())
 
 
-def svg_of(body: str) -> str:
-    match = re.search(r'<svg class="dag-graph".*?</svg>', body, re.S)
-    assert match, "the page has no step graph"
-    return match.group(0)
+def svg_of(page: Element) -> Element:
+    """The step graph."""
+    return page.one("svg", "dag-graph")
 
 
-def node_positions(body: str) -> list[int]:
+def node_positions(svg: Element) -> list[int]:
     """The positions of the graph's step nodes, in document order."""
     return [
         int(node.attrs["data-position"])
-        for node in parse(body).select("a", "dag-node")
+        for node in svg.select("a", "dag-node")
         if node.attrs.get("href", "").startswith("#step-")
     ]
 
 
-def timeline_positions(body: str) -> list[int]:
+def ends(elements: list[Element]) -> list[tuple[int, int]]:
+    """The (parent, child) positions of graph edges or stubs, sorted."""
+    return sorted((int(el.attrs["data-parent"]), int(el.attrs["data-child"])) for el in elements)
+
+
+def links(element: Element) -> list[tuple[str, str]]:
+    """The (href, text) of each link in ``element``."""
+    return [(link.attrs["href"], link.text) for link in element.select("a")]
+
+
+def metadata(page: Element) -> dict[str, Element]:
+    """The flow's Metadata panel: each term to its definition."""
+    return page.one("section", aria_labelledby="facts-heading").one("dl").definitions()
+
+
+def recorded_at(definition: Element) -> datetime:
+    """The moment in a definition's ``<time>`` (its machine-readable datetime)."""
+    return datetime.fromisoformat(definition.one("time").attrs["datetime"])
+
+
+def timeline_positions(page: Element) -> list[int]:
     """The positions of the timeline's step cards, in document order."""
-    return [int(card.attrs["id"].removeprefix("step-")) for card in parse(body).select("li", "timeline-step")]
+    return [int(card.attrs["id"].removeprefix("step-")) for card in page.select("li", "timeline-step")]
 
 
 def step_body(position: int, **extra: Any) -> dict[str, Any]:
@@ -170,7 +191,8 @@ def test_header_and_metadata_show_the_flow(
 
     body = html(operator_client.get(page_url(flow_id)))
 
-    assert 'data-state="completed"' in body
+    page = parse(body)
+    assert page.one("h1").one("span", "pill").attrs["data-state"] == "completed"
     assert "recommendation_delivered" in body
     assert "Suggested a follow-up visit" in body
     assert "trace-abc-123" in body
@@ -180,9 +202,10 @@ def test_header_and_metadata_show_the_flow(
     assert "labs/42" in body
     assert "A new lab result arrived" in body
     assert "passed: safe to show the patient" in body  # the summary guard's verdict
-    assert re.search(r"<dt>Outcome confidence</dt><dd>0\.90 ", body)
-    assert re.search(r"<dt>Closed</dt><dd><time datetime=\"\d{4}-\d\d-\d\dT", body)
-    assert re.search(r"<dt>Duration</dt><dd>\d+(\.\d)? (ms|s)</dd>", body)
+    facts = metadata(page)
+    assert facts["Outcome confidence"].text == "0.90 (weakest step)"
+    assert recorded_at(facts["Closed"]) == ReasoningFlow.objects.get(pk=flow_id).closed_at
+    assert re.fullmatch(r"\d+(\.\d)? (ms|s)", facts["Duration"].text)
     # The patient is an opaque id: never their name, MRN or username.
     assert "Ada Lovelace" not in body
     assert "MRN-4455" not in body
@@ -192,22 +215,24 @@ def test_header_and_metadata_show_the_flow(
 def test_closed_flow_shows_its_radar_snapshot(operator_client: Client, make_dag: MakeFlow) -> None:
     flow_id = make_dag(3)
 
-    body = html(operator_client.get(page_url(flow_id)))
+    page = doc(operator_client.get(page_url(flow_id)))
 
-    assert '<figure class="radar radar-operator radar-expanded">' in body
-    assert 'aria-label="Decision dimensions.' in body
+    radar = page.one("section", aria_labelledby="radar-heading").one("figure")
+    assert radar.classes() == ["radar", "radar-operator", "radar-expanded"]
+    assert radar.one("svg").attrs["aria-label"].startswith("Decision dimensions.")
 
 
 def test_active_flow_has_no_radar_and_says_still_open(operator_client: Client, make_dag: MakeFlow) -> None:
     flow_id = make_dag(2, close=False)
 
-    body = html(operator_client.get(page_url(flow_id)))
+    page = doc(operator_client.get(page_url(flow_id)))
 
-    assert 'data-state="active"' in body
-    assert '<figure class="radar' not in body
-    assert "it is taken when the flow closes" in body
-    assert "<dt>Closed</dt><dd>still open</dd>" in body
-    assert "not checked yet" in body
+    assert page.one("h1").one("span", "pill").attrs["data-state"] == "active"
+    assert not page.select("figure", "radar")
+    assert "it is taken when the flow closes" in page.text
+    facts = metadata(page)
+    assert facts["Closed"].text == "still open"
+    assert facts["Summary guard"].text == "not checked yet"
 
 
 def test_timeline_shows_each_step_with_parents_and_back_refs(operator_client: Client, make_dag: MakeFlow) -> None:
@@ -219,29 +244,29 @@ def test_timeline_shows_each_step_with_parents_and_back_refs(operator_client: Cl
     }
     flow_id = make_dag(3, extra={2: refs})
 
-    body = html(operator_client.get(page_url(flow_id)))
+    page = doc(operator_client.get(page_url(flow_id)))
 
-    assert timeline_positions(body) == [1, 2, 3]
-    entry = body[body.index('id="step-2"') : body.index('id="step-3"')]
-    assert "#2 llm_prompt" in entry
-    assert "by researcher" in entry
-    assert "Step number 2 looked at the guideline" in entry
-    assert "102 ms" in entry
-    assert "0.90" in entry
-    assert '<dt>After</dt><dd><a href="#step-1">#1</a></dd>' in entry
+    assert timeline_positions(page) == [1, 2, 3]
+    entry = page.by_id("step-2")
+    assert entry.one("h3").text == "#2 llm_prompt by researcher"
+    assert "Step number 2 looked at the guideline" in entry.text
+    facts = entry.one("dl").definitions()
+    assert facts["Latency"].text == "102 ms"
+    assert facts["Confidence"].text == "0.90"
+    assert links(facts["After"]) == [("#step-1", "#1")]
     for label, value in [
         ("LLM call log", "llm-log-77"),
         ("Experiment trace", "exp-trace-5"),
         ("Decision graph node", "dg-node-3"),
         ("Memory claim", "claim-12"),
     ]:
-        assert f"<dt>{label}</dt><dd><code>{value}</code></dd>" in entry
-    assert re.search(r'<dt>Recorded</dt><dd><time datetime="\d{4}-\d\d-\d\dT[^"]+">', entry)
-    assert f"{len(COT_SECRET)} characters" in entry  # the count of raw reasoning, never the text
+        assert facts[label].one("code").text == value
+    assert recorded_at(facts["Recorded"]) == ReasoningStep.objects.get(flow_id=flow_id, position=2).created_at
+    # The count of raw reasoning, never the text.
+    assert facts["Raw reasoning"].text == f"{len(COT_SECRET)} characters (not shown here)"
     # Unset back-refs are left out rather than shown empty.
-    step_3 = body[body.index('id="step-3"') :]
-    assert "LLM call log" not in step_3[: step_3.index("</li>")]
-    assert "the trigger (a root step)" in body[body.index('id="step-1"') : body.index('id="step-2"')]
+    assert "LLM call log" not in page.by_id("step-3").one("dl").definitions()
+    assert page.by_id("step-1").one("dl").definitions()["After"].text == "the trigger (a root step)"
 
 
 def test_flow_without_steps_says_so(operator_client: Client, make_dag: MakeFlow) -> None:
@@ -252,16 +277,18 @@ def test_flow_without_steps_says_so(operator_client: Client, make_dag: MakeFlow)
     assert response.status_code == 200
     body = html(response)
     assert "No steps have been recorded for this flow." in body
-    assert '<svg class="dag-graph"' not in body
+    assert not parse(body).select("svg", "dag-graph")
     assert "0 steps" in body
 
 
 def test_rationale_is_tucked_into_a_details_element(operator_client: Client, make_dag: MakeFlow) -> None:
     flow_id = make_dag(1)
 
-    body = html(operator_client.get(page_url(flow_id)))
+    page = doc(operator_client.get(page_url(flow_id)))
 
-    assert re.search(r"<details class=\"rationale\"><summary>[^<]+</summary><p>" + RATIONALE, body)
+    rationale = page.by_id("step-1").one("details", "rationale")
+    assert rationale.one("summary").text == "Rationale (operators only)"
+    assert rationale.one("p").text == RATIONALE
 
 
 def test_page_never_shows_inputs_outputs_pii_or_raw_reasoning(operator_client: Client, make_dag: MakeFlow) -> None:
@@ -283,30 +310,32 @@ def test_page_never_shows_inputs_outputs_pii_or_raw_reasoning(operator_client: C
 def test_graph_has_a_linked_node_with_a_title_per_step(operator_client: Client, make_dag: MakeFlow) -> None:
     flow_id = make_dag(3)
 
-    svg = svg_of(html(operator_client.get(page_url(flow_id))))
+    svg = svg_of(doc(operator_client.get(page_url(flow_id))))
 
     assert node_positions(svg) == [1, 2, 3]
-    assert "<title>#2 llm_prompt by researcher: Step number 2 looked at the guideline</title>" in svg
-    assert svg.count('<path class="dag-edge"') == 2  # 1 -> 2 -> 3
-    assert "dag-edge-merge" not in svg
+    node_2 = svg.one("a", "dag-node", data_position="2")
+    assert node_2.one("title").text == "#2 llm_prompt by researcher: Step number 2 looked at the guideline"
+    assert ends(svg.select("path", "dag-edge")) == [(1, 2), (2, 3)]
+    assert not svg.select(cls="dag-edge-merge")
 
 
 def test_merge_step_draws_merge_edges_and_a_marker(operator_client: Client, make_dag: MakeFlow) -> None:
     # 1 -> 2, 1 -> 3, and 4 merges 2 and 3.
     flow_id = make_dag(4, parents={2: [1], 3: [1], 4: [2, 3]})
 
-    body = html(operator_client.get(page_url(flow_id)))
-    svg = svg_of(body)
+    page = doc(operator_client.get(page_url(flow_id)))
+    svg = svg_of(page)
 
-    merge_edges = re.findall(r'<path class="dag-edge dag-edge-merge"[^>]*data-parent="(\d+)" data-child="(\d+)"', svg)
-    assert sorted(merge_edges) == [("2", "4"), ("3", "4")]
-    assert svg.count('class="dag-edge"') == 2  # the plain edges 1 -> 2 and 1 -> 3
-    node_4 = re.search(r'<a class="dag-node dag-node-merge" href="#step-4".*?</a>', svg, re.S)
-    assert node_4 and 'class="dag-merge-label">merge</text>' in node_4.group(0)
-    assert "(merges #2, #3)" in node_4.group(0)
-    entry = body[body.index('id="step-4"') :]
-    assert '<dt>After</dt><dd><a href="#step-2">#2</a>, <a href="#step-3">#3</a></dd>' in entry
-    assert 'class="chip merge-chip">merge</span>' in entry
+    edges = svg.select("path", "dag-edge")
+    assert ends([edge for edge in edges if "dag-edge-merge" in edge.classes()]) == [(2, 4), (3, 4)]
+    assert ends([edge for edge in edges if "dag-edge-merge" not in edge.classes()]) == [(1, 2), (1, 3)]
+    node_4 = svg.one("a", "dag-node", data_position="4")
+    assert "dag-node-merge" in node_4.classes()
+    assert node_4.one("text", "dag-merge-label").text == "merge"
+    assert "(merges #2, #3)" in node_4.one("title").text
+    entry = page.by_id("step-4")
+    assert links(entry.one("dl").definitions()["After"]) == [("#step-2", "#2"), ("#step-3", "#3")]
+    assert entry.one("span", "merge-chip").text == "merge"
 
 
 # --- Thousands of steps ------------------------------------------------------------------
@@ -319,44 +348,47 @@ def long_flow(make_dag: MakeFlow) -> uuid.UUID:
 
 
 def test_first_page_shows_steps_1_to_100_and_the_pager(operator_client: Client, long_flow: uuid.UUID) -> None:
-    body = html(operator_client.get(page_url(long_flow)))
+    page = doc(operator_client.get(page_url(long_flow)))
+    svg = svg_of(page)
 
-    assert timeline_positions(body) == list(range(1, 101))
-    assert node_positions(svg_of(body)) == list(range(1, 101))
-    assert "Steps 1\u2013100 of 250" in body
-    assert '<a href="?page=2" rel="next">' in body
-    assert 'rel="prev"' not in body
-    assert "page 1 of 3" in body
-    assert "dag-stub" not in svg_of(body).replace('class="dag-stubs"', "")
+    assert timeline_positions(page) == list(range(1, 101))
+    assert node_positions(svg) == list(range(1, 101))
+    assert "Steps 1\u2013100 of 250" in page.text
+    assert [link.attrs["href"] for link in page.select("a", rel="next")] == ["?page=2", "?page=2"]  # top and bottom
+    assert not page.select(rel="prev")
+    assert "page 1 of 3" in page.text
+    assert not svg.select("g", "dag-stub")
 
 
 def test_last_page_shows_201_to_250_with_stubs_to_earlier_parents(
     operator_client: Client, long_flow: uuid.UUID
 ) -> None:
-    body = html(operator_client.get(page_url(long_flow, 3)))
-    svg = svg_of(body)
+    page = doc(operator_client.get(page_url(long_flow, 3)))
+    svg = svg_of(page)
 
-    assert timeline_positions(body) == list(range(201, 251))
+    assert timeline_positions(page) == list(range(201, 251))
     assert node_positions(svg) == list(range(201, 251))
-    assert "Steps 201\u2013250 of 250" in body
-    assert '<a href="?page=2" rel="prev">' in body
-    assert 'rel="next"' not in body
+    assert "Steps 201\u2013250 of 250" in page.text
+    assert [link.attrs["href"] for link in page.select("a", rel="prev")] == ["?page=2", "?page=2"]
+    assert not page.select(rel="next")
     # Step 201's parent (200) and step 230's extra parent (5) are on earlier pages: stubs,
     # labelled and linked to the page that holds them.
-    stubs = re.findall(r'<g class="dag-stub" data-parent="(\d+)" data-child="(\d+)">', svg)
-    assert sorted(stubs) == [("200", "201"), ("5", "230")]
-    assert '<a href="?page=2#step-200"><title>' in svg
-    assert ">#200</text>" in svg
-    assert '<a href="?page=1#step-5"><title>' in svg
-    assert re.search(r'<line class="dag-edge dag-edge-stub dag-edge-merge"[^>]*/>', svg)  # 230 is a merge
-    entry = body[body.index('id="step-230"') :]
-    assert '<a href="#step-229">#229</a>, <a href="?page=1#step-5">#5</a>' in entry
+    assert ends(svg.select("g", "dag-stub")) == [(5, 230), (200, 201)]
+    for parent, href in [("200", "?page=2#step-200"), ("5", "?page=1#step-5")]:
+        link = svg.one("g", "dag-stub", data_parent=parent).one("a")
+        assert link.attrs["href"] == href
+        assert link.one("title").text == f"Parent step #{parent} is on an earlier page"
+        assert link.one("text", "dag-stub-label").text == f"#{parent}"
+    # 230 is a merge.
+    assert "dag-edge-merge" in svg.one("g", "dag-stub", data_parent="5").one("line", "dag-edge-stub").classes()
+    after = page.by_id("step-230").one("dl").definitions()["After"]
+    assert links(after) == [("#step-229", "#229"), ("?page=1#step-5", "#5")]
 
 
 def test_graph_never_has_more_than_100_nodes(operator_client: Client, long_flow: uuid.UUID) -> None:
     for page in (1, 2, 3):
-        svg = svg_of(html(operator_client.get(page_url(long_flow, page))))
-        assert len(re.findall(r'<a class="dag-node[ "]', svg)) <= 100
+        svg = svg_of(doc(operator_client.get(page_url(long_flow, page))))
+        assert len(svg.select("a", "dag-node")) <= 100
 
 
 # --- Audit and queries ---------------------------------------------------------------------

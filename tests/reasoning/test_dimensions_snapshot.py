@@ -21,58 +21,16 @@ from reasoning import services
 from reasoning.dimensions import AXES, LABELS, is_radar
 from reasoning.models import ReasoningFlow
 from reasoning.radar import flow_radar
-from tests.factories import make_pathway
+from tests.factories import add_step, make_pathway, open_flow
 
 pytestmark = pytest.mark.django_db
 
 FLOWS = "/api/reasoning/flows"
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-SAFE_STEP = "Checked the finding against the care guideline"
 
 
 def flow_url(flow_id: str) -> str:
     return f"{FLOWS}/{flow_id}"
-
-
-def open_flow(
-    agent: APIClient,
-    *,
-    trigger_type: str = "user_question",
-    trigger_ref: str | None = None,
-    patient: Patient | None = None,
-) -> str:
-    body: dict[str, Any] = {
-        "trigger_type": trigger_type,
-        # A ref of its own unless asked: no accidental aborted siblings between tests' flows.
-        "trigger_ref": trigger_ref if trigger_ref is not None else f"dims/{uuid.uuid4().hex[:12]}",
-        "trigger_summary": "Patient asked about a follow-up",
-        "agent": "researcher",
-    }
-    if patient is not None:
-        body["patient_id"] = str(patient.pk)
-    response = agent.post(FLOWS, body, format="json")
-    assert response.status_code == 201, response.content
-    flow_id: str = response.json()["id"]
-    return flow_id
-
-
-def add_step(
-    agent: APIClient,
-    flow_id: str,
-    *,
-    kind: str = "retrieval",
-    by: str = "researcher",
-    confidence: float | None = None,
-    outputs: dict[str, Any] | None = None,
-    summary: str = SAFE_STEP,
-) -> None:
-    body: dict[str, Any] = {"kind": kind, "agent": by, "summary_text": summary}
-    if confidence is not None:
-        body["confidence"] = confidence
-    if outputs is not None:
-        body["outputs"] = outputs
-    response = agent.post(f"{flow_url(flow_id)}/steps", body, format="json")
-    assert response.status_code == 201, response.content
 
 
 def close(agent: APIClient, flow_id: str, *, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -125,9 +83,9 @@ def served_scores(dimensions: dict[str, Any]) -> dict[str, int]:
 
 
 def test_closing_through_the_api_stores_the_radar_as_it_stood_at_close(agent: APIClient) -> None:
-    flow_id = open_flow(agent, trigger_type="dims_probe")
+    flow_id = open_flow(agent, trigger_type="dims_probe")["id"]
     add_step(agent, flow_id, kind="retrieval", confidence=0.9)
-    add_step(agent, flow_id, kind="llm_prompt", by="critic", confidence=0.8)
+    add_step(agent, flow_id, kind="llm_prompt", agent="critic", confidence=0.8)
 
     closed = close(agent, flow_id, metrics={"evidence_hits": 3})
 
@@ -151,7 +109,7 @@ def test_closing_through_the_api_stores_the_radar_as_it_stood_at_close(agent: AP
 
 
 def test_close_flow_service_stores_the_snapshot_too(agent: APIClient) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     add_step(agent, flow_id, confidence=0.95)
 
     flow = services.close_flow(
@@ -163,7 +121,7 @@ def test_close_flow_service_stores_the_snapshot_too(agent: APIClient) -> None:
 
 
 def test_an_active_flow_has_no_snapshot(agent: APIClient) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     add_step(agent, flow_id, confidence=0.9)
 
     assert ReasoningFlow.objects.get(pk=flow_id).dimensions_snapshot is None
@@ -183,7 +141,7 @@ def test_an_active_flow_has_no_snapshot(agent: APIClient) -> None:
 def test_low_confidence_steps_raise_risk(
     agent: APIClient, confidences: list[float], risk: int, confidence: int
 ) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     for value in confidences:
         add_step(agent, flow_id, confidence=value)
 
@@ -198,13 +156,13 @@ def test_low_confidence_steps_raise_risk(
 def test_aborted_siblings_with_the_same_trigger_raise_risk(agent: APIClient, aborted: int, risk: int) -> None:
     ref = "portal/question/aborted-siblings"
     for _ in range(aborted):
-        abort(agent, open_flow(agent, trigger_ref=ref))
+        abort(agent, open_flow(agent, trigger_ref=ref)["id"])
     # Neither another ref, another trigger type, a completed sibling nor an active one counts.
-    abort(agent, open_flow(agent, trigger_ref=f"{ref}/other"))
-    abort(agent, open_flow(agent, trigger_type="lab_result", trigger_ref=ref))
-    close(agent, open_flow(agent, trigger_ref=ref))
+    abort(agent, open_flow(agent, trigger_ref=f"{ref}/other")["id"])
+    abort(agent, open_flow(agent, trigger_type="lab_result", trigger_ref=ref)["id"])
+    close(agent, open_flow(agent, trigger_ref=ref)["id"])
     open_flow(agent, trigger_ref=ref)
-    flow_id = open_flow(agent, trigger_ref=ref)
+    flow_id = open_flow(agent, trigger_ref=ref)["id"]
     add_step(agent, flow_id, confidence=0.9)
 
     close(agent, flow_id)
@@ -213,8 +171,8 @@ def test_aborted_siblings_with_the_same_trigger_raise_risk(agent: APIClient, abo
 
 
 def test_a_summary_failing_the_patient_safety_guard_raises_risk_by_2(agent: APIClient) -> None:
-    flow_id = open_flow(agent)
-    add_step(agent, flow_id, confidence=0.9, summary="Reviewed metformin 500mg")
+    flow_id = open_flow(agent)["id"]
+    add_step(agent, flow_id, confidence=0.9, summary_text="Reviewed metformin 500mg")
 
     close(agent, flow_id)
 
@@ -237,7 +195,7 @@ def test_a_summary_failing_the_patient_safety_guard_raises_risk_by_2(agent: APIC
 def test_evidence_hits_in_outcome_metrics_raise_coverage(
     agent: APIClient, metrics: dict[str, Any] | None, coverage: int
 ) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     add_step(agent, flow_id, confidence=0.9)  # one step kind: no breadth points
 
     close(agent, flow_id, metrics=metrics)
@@ -246,7 +204,7 @@ def test_evidence_hits_in_outcome_metrics_raise_coverage(
 
 
 def test_distinct_step_kinds_add_breadth_to_coverage(agent: APIClient) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     for kind in ("retrieval", "llm_prompt", "graph_walk", "aggregation", "retrieval"):
         add_step(agent, flow_id, kind=kind, confidence=0.9)
 
@@ -273,10 +231,10 @@ def test_distinct_step_kinds_add_breadth_to_coverage(agent: APIClient) -> None:
     ],
 )
 def test_verdict_steps_set_consensus(agent: APIClient, verdicts: list[tuple[str, str]], consensus: int) -> None:
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     add_step(agent, flow_id, confidence=0.9)
     for by, verdict in verdicts:
-        add_step(agent, flow_id, kind="verdict", by=by, confidence=0.9, outputs={"verdict": verdict})
+        add_step(agent, flow_id, kind="verdict", agent=by, confidence=0.9, outputs={"verdict": verdict})
 
     close(agent, flow_id)
 
@@ -284,9 +242,9 @@ def test_verdict_steps_set_consensus(agent: APIClient, verdicts: list[tuple[str,
 
 
 def test_verdict_steps_without_a_label_agree_as_concluded(agent: APIClient) -> None:
-    flow_id = open_flow(agent)
-    add_step(agent, flow_id, kind="verdict", by="critic", confidence=0.9)
-    add_step(agent, flow_id, kind="verdict", by="researcher", confidence=0.9, outputs={"note": "done"})
+    flow_id = open_flow(agent)["id"]
+    add_step(agent, flow_id, kind="verdict", agent="critic", confidence=0.9)
+    add_step(agent, flow_id, kind="verdict", agent="researcher", confidence=0.9, outputs={"note": "done"})
 
     close(agent, flow_id)
 
@@ -294,8 +252,8 @@ def test_verdict_steps_without_a_label_agree_as_concluded(agent: APIClient) -> N
 
 
 def test_a_non_verdict_step_with_a_verdict_output_is_not_a_vote(agent: APIClient) -> None:
-    flow_id = open_flow(agent)
-    add_step(agent, flow_id, kind="llm_prompt", by="critic", confidence=0.9, outputs={"verdict": "promote"})
+    flow_id = open_flow(agent)["id"]
+    add_step(agent, flow_id, kind="llm_prompt", agent="critic", confidence=0.9, outputs={"verdict": "promote"})
 
     close(agent, flow_id)
 
@@ -328,7 +286,7 @@ def test_maturity_at_close_follows_the_trigger_family(
 ) -> None:
     library("lab_result", active=active, high_hit=high_hit, demoted=demoted)
     library("user_question", active=5, high_hit=5)  # another family: irrelevant
-    flow_id = open_flow(agent, trigger_type="lab_result")
+    flow_id = open_flow(agent, trigger_type="lab_result")["id"]
     add_step(agent, flow_id, confidence=0.95)
 
     close(agent, flow_id)
@@ -339,7 +297,7 @@ def test_maturity_at_close_follows_the_trigger_family(
 
 def test_mature_family_gives_the_flow_maturity_of_at_least_4(agent: APIClient) -> None:
     library("user_question", active=6, high_hit=2)
-    flow_id = open_flow(agent)
+    flow_id = open_flow(agent)["id"]
     add_step(agent, flow_id, confidence=0.95)
 
     close(agent, flow_id)
@@ -353,10 +311,10 @@ def test_mature_family_gives_the_flow_maturity_of_at_least_4(agent: APIClient) -
 def test_narrative_serves_the_snapshot_with_patient_labels(
     agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
-    flow_id = open_flow(agent, patient=consenting_patient)
+    flow_id = open_flow(agent, patient_id=str(consenting_patient.pk))["id"]
     add_step(agent, flow_id, confidence=0.9)
-    add_step(agent, flow_id, kind="verdict", by="critic", confidence=0.4, outputs={"verdict": "promote"})
-    add_step(agent, flow_id, kind="verdict", by="researcher", confidence=0.9, outputs={"verdict": "promote"})
+    add_step(agent, flow_id, kind="verdict", agent="critic", confidence=0.4, outputs={"verdict": "promote"})
+    add_step(agent, flow_id, kind="verdict", agent="researcher", confidence=0.9, outputs={"verdict": "promote"})
     close(agent, flow_id, metrics={"evidence_hits": 4})
 
     dimensions = read_dimensions(patient_app, flow_id)
@@ -379,7 +337,7 @@ def test_narrative_keeps_serving_the_snapshot_after_the_world_changes(
     agent: APIClient, consenting_patient: Patient, patient_app: APIClient, clock: time_machine.Coordinates
 ) -> None:
     ref = "portal/question/world-changes"
-    flow_id = open_flow(agent, trigger_ref=ref, patient=consenting_patient)
+    flow_id = open_flow(agent, trigger_ref=ref, patient_id=str(consenting_patient.pk))["id"]
     add_step(agent, flow_id, confidence=0.9)
     close(agent, flow_id)
     at_close = read_dimensions(patient_app, flow_id)
@@ -388,8 +346,8 @@ def test_narrative_keeps_serving_the_snapshot_after_the_world_changes(
 
     # 200 days on, two flows with the same trigger have been aborted and the family matured.
     clock.move_to(T0 + timedelta(days=200))
-    abort(agent, open_flow(agent, trigger_ref=ref))
-    abort(agent, open_flow(agent, trigger_ref=ref))
+    abort(agent, open_flow(agent, trigger_ref=ref)["id"])
+    abort(agent, open_flow(agent, trigger_ref=ref)["id"])
     library("user_question", active=5, high_hit=1)
     now = flow_radar(ReasoningFlow.objects.get(pk=flow_id))
     assert scores(now) != served_scores(at_close)  # the world really did change
@@ -406,12 +364,12 @@ def test_flow_closed_before_snapshots_existed_gets_a_computed_radar(
     agent: APIClient, consenting_patient: Patient, patient_app: APIClient, clock: time_machine.Coordinates, stored: Any
 ) -> None:
     ref = "portal/question/pre-snapshot"
-    flow_id = open_flow(agent, trigger_ref=ref, patient=consenting_patient)
+    flow_id = open_flow(agent, trigger_ref=ref, patient_id=str(consenting_patient.pk))["id"]
     add_step(agent, flow_id, confidence=0.9)
     close(agent, flow_id)
     ReasoningFlow.objects.filter(pk=flow_id).update(dimensions_snapshot=stored)
     clock.move_to(T0 + timedelta(days=40))
-    abort(agent, open_flow(agent, trigger_ref=ref))
+    abort(agent, open_flow(agent, trigger_ref=ref)["id"])
 
     dimensions = read_dimensions(patient_app, flow_id)
 
@@ -428,7 +386,7 @@ def test_flow_closed_before_snapshots_existed_gets_a_computed_radar(
 def test_computed_radar_counts_the_reuse_and_demotion_of_the_pathway_the_flow_seeded(
     agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
-    flow_id = open_flow(agent, trigger_type="lab_result", patient=consenting_patient)
+    flow_id = open_flow(agent, trigger_type="lab_result", patient_id=str(consenting_patient.pk))["id"]
     add_step(agent, flow_id, confidence=0.95)
     close(agent, flow_id)
     flow = ReasoningFlow.objects.get(pk=flow_id)

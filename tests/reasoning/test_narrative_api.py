@@ -21,7 +21,6 @@ from patients.models import Patient
 from patients.services import create_patient, set_reasoning_read_consent
 from reasoning.models import ApiToken, ReasoningFlow
 from reasoning.narrative import DISCLAIMER
-from reasoning.services import create_api_token
 from tests.schema_check import assert_matches_schema
 
 pytestmark = pytest.mark.django_db
@@ -78,22 +77,18 @@ def new_patient(username: str, *, consent: bool) -> Patient:
     return create_patient(username=username, password=f"pw-{username}-1", actor="system:test", consent=consent)
 
 
-def bound_client(patient: Patient, name: str) -> APIClient:
-    _, raw = create_api_token(name=name, scopes=["reasoning.read"], patient_id=patient.pk, actor="system:test")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return client
-
-
 @pytest.fixture
 def other_patient() -> Patient:
     """Another consenting patient: the outsider for the first patient's flows."""
     return new_patient("morgan", consent=True)
 
 
+# Morgan's app: a reasoning.read token bound to Morgan; it may read Morgan's flows, not Ada's.
 @pytest.fixture
-def other_app(other_patient: Patient) -> APIClient:
-    return bound_client(other_patient, "morgan-app")
+def other_app(
+    other_patient: Patient, make_token: Callable[..., str], client_for: Callable[[str | None], APIClient]
+) -> APIClient:
+    return client_for(make_token("reasoning.read", name="morgan-app", patient_id=other_patient.pk))
 
 
 # --- Flows, written through the agent API ---------------------------------------------------

@@ -1,7 +1,7 @@
 """The radar SVG component: ``{% radar %}`` and ``{% radar_compare %}`` (reasoning.templatetags.radar).
 
-The rendered markup is parsed as XML, so the assertions read elements and attributes,
-not substrings of the template.
+The rendered markup is read through tests/html.py, so the assertions read elements and
+attributes, not substrings of the template.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import colorsys
 import math
 import re
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ from hypothesis import strategies as st
 
 from reasoning.dimensions import AXES, LABELS, MAX_SCORE, bucket
 from reasoning.templatetags.radar import RADIUS
+from tests.html import Element, parse
 
-SVG = "{http://www.w3.org/2000/svg}"
 PATIENT_TITLES = [
     "How sure: 6 of 7, high",
     "Evidence breadth: 4 of 7, medium",
@@ -47,55 +46,47 @@ def dims(**scores: int) -> dict[str, dict[str, Any]]:
     return {axis: {"score": values[axis], "bucket": bucket(values[axis])} for axis in AXES}
 
 
-def render(source: str, **context: Any) -> ET.Element:
-    html = Template("{% load radar %}" + source).render(Context(context))
-    return ET.fromstring(html.strip())  # noqa: S314 (markup we rendered ourselves)
+def render(source: str, **context: Any) -> Element:
+    """The ``<figure>`` the tag renders."""
+    return parse(Template("{% load radar %}" + source).render(Context(context))).one("figure")
 
 
-def svg_of(figure: ET.Element) -> ET.Element:
-    svg = figure.find(f"{SVG}svg")
-    assert svg is not None
-    return svg
+def svg_of(figure: Element) -> Element:
+    return figure.one("svg")
 
 
-def circles(figure: ET.Element) -> list[ET.Element]:
-    return figure.findall(f".//{SVG}circle")
+def circles(figure: Element) -> list[Element]:
+    return figure.select("circle")
 
 
-def title_of(element: ET.Element) -> str:
-    title = element.find(f"{SVG}title")
-    assert title is not None and title.text is not None
-    return title.text
+def title_of(element: Element) -> str:
+    return element.one("title").text
 
 
-def centre_of(figure: ET.Element) -> tuple[float, float]:
+def centre_of(figure: Element) -> tuple[float, float]:
     """The spokes all start at the centre."""
-    starts = {(float(line.get("x1", "nan")), float(line.get("y1", "nan"))) for line in figure.iter(f"{SVG}line")}
+    starts = {(float(line.attrs["x1"]), float(line.attrs["y1"])) for line in figure.select("line")}
     assert len(starts) == 1, starts
     (centre,) = starts
     return centre
 
 
-def spoke_ends(figure: ET.Element) -> list[tuple[float, float]]:
-    return [(float(line.get("x2", "nan")), float(line.get("y2", "nan"))) for line in figure.iter(f"{SVG}line")]
+def spoke_ends(figure: Element) -> list[tuple[float, float]]:
+    return [(float(line.attrs["x2"]), float(line.attrs["y2"])) for line in figure.select("line")]
 
 
-def xy(circle: ET.Element) -> tuple[float, float]:
-    return float(circle.get("cx", "nan")), float(circle.get("cy", "nan"))
+def xy(circle: Element) -> tuple[float, float]:
+    return float(circle.attrs["cx"]), float(circle.attrs["cy"])
 
 
-def polygon_points(polygon: ET.Element) -> list[tuple[float, float]]:
-    pairs = (pair.split(",") for pair in polygon.get("points", "").split())
+def polygon_points(polygon: Element) -> list[tuple[float, float]]:
+    pairs = (pair.split(",") for pair in polygon.attrs["points"].split())
     return [(float(x), float(y)) for x, y in pairs]
 
 
-def classes(element: ET.Element) -> set[str]:
-    return set(element.get("class", "").split())
-
-
-def texts(figure: ET.Element) -> list[str]:
+def texts(figure: Element) -> list[str]:
     # A long label is drawn as <tspan> lines; the words read back joined by spaces.
-    return [" ".join(part.strip() for part in text.itertext() if part.strip()) for text in figure.iter(f"{SVG}text")]
+    return [" ".join(line.text for line in label.select("tspan")) for label in figure.select("text")]
 
 
 # --- One radar ------------------------------------------------------------------------------------
@@ -105,8 +96,8 @@ def test_root_svg_is_an_image_whose_label_summarises_all_six_axes() -> None:
     figure = render("{% radar dims audience='patient' size='expanded' %}", dims=dims())
 
     svg = svg_of(figure)
-    assert svg.get("role") == "img"
-    assert svg.get("aria-label") == "Decision dimensions. " + "; ".join(PATIENT_TITLES) + "."
+    assert svg.attrs["role"] == "img"
+    assert svg.attrs["aria-label"] == "Decision dimensions. " + "; ".join(PATIENT_TITLES) + "."
 
 
 def test_six_points_each_with_a_title() -> None:
@@ -115,8 +106,8 @@ def test_six_points_each_with_a_title() -> None:
     points = circles(figure)
     assert len(points) == 6
     assert [title_of(point) for point in points] == PATIENT_TITLES
-    assert [point.get("data-axis") for point in points] == list(AXES)
-    assert [point.get("data-score") for point in points] == ["6", "4", "0", "7", "5", "2"]
+    assert [point.attrs["data-axis"] for point in points] == list(AXES)
+    assert [point.attrs["data-score"] for point in points] == ["6", "4", "0", "7", "5", "2"]
 
 
 @pytest.mark.parametrize(
@@ -129,7 +120,7 @@ def test_axis_labels_speak_to_the_audience(audience: str, labels: list[str]) -> 
     assert texts(figure) == labels
     assert [title_of(point).split(":")[0] for point in circles(figure)] == labels
     other = PATIENT_LABELS if labels == OPERATOR_LABELS else OPERATOR_LABELS
-    aria = svg_of(figure).get("aria-label", "")
+    aria = svg_of(figure).attrs["aria-label"]
     for label in set(other) - set(labels):
         assert f"{label}:" not in aria
 
@@ -146,13 +137,20 @@ def test_compact_size_draws_no_axis_labels_but_keeps_the_titles() -> None:
 
     assert texts(compact) == []
     assert [title_of(point) for point in circles(compact)] == PATIENT_TITLES
-    assert svg_of(compact).get("aria-label") == svg_of(expanded).get("aria-label")
+    assert svg_of(compact).attrs["aria-label"] == svg_of(expanded).attrs["aria-label"]
     assert len(texts(expanded)) == 6
-    assert int(svg_of(compact).get("width", "0")) < int(svg_of(expanded).get("width", "0"))
+    assert int(svg_of(compact).attrs["width"]) < int(svg_of(expanded).attrs["width"])
     # The expanded radar also spells the values out for readers who cannot see the chart.
-    assert compact.find("figcaption") is None
-    values = [dd.text for dd in expanded.iter("dd")]
-    assert [v.strip() if v else v for v in values] == ["6/7", "4/7", "0/7", "7/7", "5/7", "2/7"]
+    assert not compact.select("figcaption")
+    values = expanded.one("figcaption").one("dl", "radar-values").definitions()
+    assert [(label, value.text) for label, value in values.items()] == [
+        ("How sure", "6/7 high"),
+        ("Evidence breadth", "4/7 medium"),
+        ("Proven approach", "0/7 low"),
+        ("Up to date", "7/7 high"),
+        ("Care team agreement", "5/7 high"),
+        ("Caution flags", "2/7 low"),
+    ]
 
 
 @pytest.mark.parametrize("size", ["compact", "expanded"])
@@ -179,7 +177,7 @@ def test_each_point_lies_on_its_spoke_at_score_sevenths_of_the_radius(scores: tu
     radar = dims(**dict(zip(AXES, scores, strict=True)))
     figure = render("{% radar dims size='expanded' %}", dims=radar)
     cx, cy = centre_of(figure)
-    area = next(p for p in figure.iter(f"{SVG}polygon") if "radar-area" in classes(p))
+    area = figure.one("polygon", "radar-area")
 
     points = [xy(point) for point in circles(figure)]
 
@@ -204,24 +202,23 @@ def test_the_narratives_axes_list_is_accepted_as_input() -> None:
     }
     source = "{% radar dims audience='patient' size='expanded' %}"
 
-    from_dict = ET.tostring(render(source, dims=radar))
+    from_dict = render(source, dims=radar)
 
-    assert ET.tostring(render(source, dims=narrative)) == from_dict
-    assert ET.tostring(render(source, dims=narrative["axes"])) == from_dict
+    assert render(source, dims=narrative) == from_dict
+    assert render(source, dims=narrative["axes"]) == from_dict
 
 
 def test_caption_is_shown_and_escaped() -> None:
     figure = render("{% radar dims size='expanded' caption=caption %}", dims=dims(), caption="As of <close> & after")
 
-    caption = figure.find("figcaption/p")
-    assert caption is not None
+    caption = figure.one("figcaption").one("p")
     assert caption.text == "As of <close> & after"  # parsed back: it was escaped in the markup
 
 
 # --- Comparison -----------------------------------------------------------------------------------
 
 
-def compare_figure(a: Any, b: Any, name_a: str = "Alpha", name_b: str = "Beta") -> ET.Element:
+def compare_figure(a: Any, b: Any, name_a: str = "Alpha", name_b: str = "Beta") -> Element:
     return render("{% radar_compare a b name_a name_b %}", a=a, b=b, name_a=name_a, name_b=name_b)
 
 
@@ -229,22 +226,22 @@ def test_comparison_draws_both_polygons_and_both_sets_of_points() -> None:
     a, b = dims(), dims(confidence=2, risk=5)
     figure = compare_figure(a, b)
 
-    areas = [p for p in figure.iter(f"{SVG}polygon") if "radar-area" in classes(p)]
-    assert [p.get("data-series") for p in areas] == ["a", "b"]
-    assert "radar-series-a" in classes(areas[0])
-    assert "radar-series-b" in classes(areas[1])
+    areas = figure.select("polygon", "radar-area")
+    assert [p.attrs["data-series"] for p in areas] == ["a", "b"]
+    assert "radar-series-a" in areas[0].classes()
+    assert "radar-series-b" in areas[1].classes()
     points = circles(figure)
     assert len(points) == 12
-    assert next(title_of(p) for p in points if "radar-series-a" in classes(p)) == "Alpha: Confidence: 6 of 7, high"
-    assert [title_of(p) for p in points if "radar-series-b" in classes(p)][-1] == (
+    assert next(title_of(p) for p in points if "radar-series-a" in p.classes()) == "Alpha: Confidence: 6 of 7, high"
+    assert [title_of(p) for p in points if "radar-series-b" in p.classes()][-1] == (
         "Beta: Risk: 5 of 7, high (high means caution)"
     )
     assert polygon_points(areas[0]) == [xy(p) for p in points[:6]]
     assert polygon_points(areas[1]) == [xy(p) for p in points[6:]]
     assert polygon_points(areas[0]) != polygon_points(areas[1])
     svg = svg_of(figure)
-    assert svg.get("role") == "img"
-    assert svg.get("aria-label", "").startswith("Comparison of Alpha (indigo) and Beta (pink). Pick: Alpha.")
+    assert svg.attrs["role"] == "img"
+    assert svg.attrs["aria-label"].startswith("Comparison of Alpha (indigo) and Beta (pink). Pick: Alpha.")
 
 
 def hue_of(rule_selector: str) -> float:
@@ -267,12 +264,11 @@ def test_legend_ranks_the_six_axes_by_absolute_difference() -> None:
     b = dims(confidence=3, coverage=5, maturity=4, recency=7, consensus=2, risk=1)
     figure = compare_figure(a, b)
 
-    legend = figure.find("figcaption/ol")
-    assert legend is not None
-    assert "radar-deltas" in classes(legend)
-    items = legend.findall("li")
+    legend = figure.one("figcaption").one("ol")
+    assert "radar-deltas" in legend.classes()
+    items = legend.select("li")
     # |deltas|: maturity 4, confidence 3, consensus 3 (axis order breaks the tie), coverage 1, risk 1, recency 0.
-    assert [item.get("data-axis") for item in items] == [
+    assert [item.attrs["data-axis"] for item in items] == [
         "maturity",
         "confidence",
         "consensus",
@@ -280,14 +276,13 @@ def test_legend_ranks_the_six_axes_by_absolute_difference() -> None:
         "risk",
         "recency",
     ]
-    assert [item.get("data-delta") for item in items] == ["-4", "3", "3", "-1", "1", "0"]
+    assert [item.attrs["data-delta"] for item in items] == ["-4", "3", "3", "-1", "1", "0"]
     assert items[0].text == "Maturity: 0 vs 4 (-4)"
     assert items[1].text == "Confidence: 6 vs 3 (+3)"
 
 
-def pick_text(figure: ET.Element) -> str:
-    pick = next(p for p in figure.iter("p") if "radar-pick" in classes(p))
-    return "".join(pick.itertext())
+def pick_text(figure: Element) -> str:
+    return figure.one("p", "radar-pick").text
 
 
 def test_comparison_declares_the_pick_with_its_reason() -> None:
@@ -323,12 +318,12 @@ def test_comparison_accepts_narrative_axes_lists() -> None:
     def as_list(radar: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"axis": axis, "score": v["score"], "bucket": v["bucket"]} for axis, v in radar.items()]
 
-    assert ET.tostring(compare_figure(as_list(a), {"axes": as_list(b)})) == ET.tostring(compare_figure(a, b))
+    assert compare_figure(as_list(a), {"axes": as_list(b)}) == compare_figure(a, b)
 
 
 def test_candidate_names_are_escaped() -> None:
     figure = compare_figure(dims(), dims(), name_a='<b>"A&B"</b>', name_b="Beta")
 
     assert pick_text(figure).startswith('Pick: <b>"A&B"</b>.')
-    assert svg_of(figure).get("aria-label", "").startswith('Comparison of <b>"A&B"</b> (indigo)')
-    assert figure.find(".//b") is None  # no markup injected
+    assert svg_of(figure).attrs["aria-label"].startswith('Comparison of <b>"A&B"</b> (indigo)')
+    assert not figure.select("b")  # no markup injected

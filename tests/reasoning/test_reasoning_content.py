@@ -21,7 +21,7 @@ from audit.services import record as audit_record
 from patients.models import Patient
 from reasoning.jobs import purge_reasoning_content
 from reasoning.models import ReasoningStep
-from tests.factories import open_flow
+from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
 
@@ -51,12 +51,6 @@ def clock() -> Iterator[time_machine.Coordinates]:
 
 def step_body(summary: str = "Weighed the evidence", **fields: Any) -> dict[str, Any]:
     return {"kind": "llm_prompt", "agent": "researcher", "summary_text": summary, **fields}
-
-
-def add_step(agent: APIClient, flow_id: str, **fields: Any) -> Any:
-    response = agent.post(f"{FLOWS}/{flow_id}/steps", step_body(**fields), format="json")
-    assert response.status_code == 201, response.content
-    return response
 
 
 def close(agent: APIClient, flow_id: str) -> None:
@@ -100,7 +94,7 @@ def events(action: str) -> list[AuditEvent]:
 def test_reasoning_content_is_stored_encrypted_with_its_character_count(agent: APIClient) -> None:
     flow_id = open_flow(agent)["id"]
 
-    step_id = add_step(agent, flow_id, reasoning_content=REASONING).json()["id"]
+    step_id = add_step(agent, flow_id, reasoning_content=REASONING)["id"]
 
     stored = raw_step_text(step_id)
     assert MARKER not in stored
@@ -115,7 +109,7 @@ def test_reasoning_content_is_stored_encrypted_with_its_character_count(agent: A
 def test_step_without_reasoning_content_has_no_count(agent: APIClient) -> None:
     flow_id = open_flow(agent)["id"]
 
-    step_id = add_step(agent, flow_id).json()["id"]
+    step_id = add_step(agent, flow_id)["id"]
 
     step = ReasoningStep.objects.get(pk=step_id)
     assert step.reasoning_content is None
@@ -126,7 +120,7 @@ def test_reasoning_content_is_kept_verbatim_including_surrounding_whitespace(age
     flow_id = open_flow(agent)["id"]
     text = f"  {REASONING}\n\n"
 
-    step_id = add_step(agent, flow_id, reasoning_content=text).json()["id"]
+    step_id = add_step(agent, flow_id, reasoning_content=text)["id"]
 
     step = ReasoningStep.objects.get(pk=step_id)
     assert step.reasoning_content == text
@@ -139,12 +133,12 @@ def test_reasoning_content_is_kept_verbatim_including_surrounding_whitespace(age
 def test_step_responses_do_not_echo_reasoning_content(agent: APIClient) -> None:
     flow_id = open_flow(agent)["id"]
 
-    single = add_step(agent, flow_id, reasoning_content=REASONING)
+    single = agent.post(f"{FLOWS}/{flow_id}/steps", step_body(reasoning_content=REASONING), format="json")
     batch = agent.post(
         f"{FLOWS}/{flow_id}/steps/batch", {"steps": [step_body(reasoning_content=REASONING)]}, format="json"
     )
 
-    assert batch.status_code == 201, batch.content
+    assert (single.status_code, batch.status_code) == (201, 201), (single.content, batch.content)
     assert "reasoning_content" not in single.json()
     assert "reasoning_content" not in batch.json()["steps"][0]
     for response in (single, batch):
@@ -255,7 +249,7 @@ def test_reasoning_content_never_reaches_an_audit_payload(
     agent: APIClient, cot_reader: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
     flow_id = open_flow(agent, patient_id=str(consenting_patient.pk))["id"]
-    step_id = add_step(agent, flow_id, reasoning_content=REASONING).json()["id"]
+    step_id = add_step(agent, flow_id, reasoning_content=REASONING)["id"]
     agent.post(f"{FLOWS}/{flow_id}/steps/batch", {"steps": [step_body(reasoning_content=REASONING)]}, format="json")
     close(agent, flow_id)
     patient_app.get(f"{FLOWS}/{flow_id}")
@@ -308,7 +302,7 @@ def test_reasoning_content_never_reaches_a_log_record(
 def write_step_at(agent: APIClient, clock: time_machine.Coordinates, flow_id: str, age: timedelta) -> str:
     """Write a step with reasoning ``age`` before NOW, leaving the clock at NOW."""
     clock.move_to(NOW - age)
-    step_id: str = add_step(agent, flow_id, reasoning_content=REASONING).json()["id"]
+    step_id: str = add_step(agent, flow_id, reasoning_content=REASONING)["id"]
     clock.move_to(NOW)
     return step_id
 

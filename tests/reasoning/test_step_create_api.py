@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow, ReasoningStep
-from tests.factories import open_flow
+from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
 
@@ -30,13 +30,6 @@ def step_body(**overrides: Any) -> dict[str, Any]:
 
 def post_step(client: APIClient, flow_id: str, **overrides: Any) -> Any:
     return client.post(steps_url(flow_id), step_body(**overrides), format="json")
-
-
-def add_step(client: APIClient, flow_id: str, **overrides: Any) -> dict[str, Any]:
-    response = post_step(client, flow_id, **overrides)
-    assert response.status_code == 201, response.content
-    result: dict[str, Any] = response.json()
-    return result
 
 
 def step_created_events() -> list[AuditEvent]:

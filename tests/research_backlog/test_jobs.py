@@ -361,10 +361,7 @@ def test_completed_row_can_no_longer_be_swept(clock: time_machine.Coordinates) -
     assert (stored.status, stored.completed_at) == (Status.COMPLETED, T0 + timedelta(minutes=29))
 
 
-def test_swept_row_can_no_longer_be_completed(
-    clock: time_machine.Coordinates, make_token: Callable[..., str], client_for: Callable[[str | None], APIClient]
-) -> None:
-    operator = client_for(make_token("reasoning.admin"))
+def test_swept_row_can_no_longer_be_completed(clock: time_machine.Coordinates, operator: APIClient) -> None:
     flow_id = make_flow()
     row = dispatched_at(clock, T0)
     clock.move_to(T0 + timedelta(minutes=31))
@@ -768,9 +765,8 @@ def test_status_and_retry_distributions(clock: time_machine.Coordinates) -> None
 
 
 def test_backlog_route_reports_ages_and_verdict_at_the_travelled_clock(
-    clock: time_machine.Coordinates, make_token: Callable[..., str], client_for: Callable[[str | None], APIClient]
+    clock: time_machine.Coordinates, operator: APIClient
 ) -> None:
-    operator = client_for(make_token("reasoning.admin"))
     dispatched_at(clock, T0)
     enqueue_at(clock, T0 + timedelta(minutes=10))
     failed = completed_at(clock, T0 + timedelta(minutes=11), error="gave_up")
@@ -808,10 +804,10 @@ def test_backlog_route_reports_ages_and_verdict_at_the_travelled_clock(
 
 
 def test_backlog_route_needs_the_admin_scope(
-    clock: time_machine.Coordinates, make_token: Callable[..., str], client_for: Callable[[str | None], APIClient]
+    clock: time_machine.Coordinates, reader: APIClient, anonymous: APIClient
 ) -> None:
-    assert client_for(make_token("reasoning.read")).get("/admin/v1/reasoning/research/backlog").status_code == 403
-    assert client_for(None).get("/admin/v1/reasoning/research/backlog").status_code == 401
+    assert reader.get("/admin/v1/reasoning/research/backlog").status_code == 403
+    assert anonymous.get("/admin/v1/reasoning/research/backlog").status_code == 401
     assert events("admin.reasoning.research.backlog_read") == []
 
 

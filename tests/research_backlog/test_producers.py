@@ -27,6 +27,7 @@ from reasoning.models import ReasoningFlow
 from research_backlog import services
 from research_backlog.models import ClaimReview, ResearchRequest
 from research_backlog.producers import produce
+from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
 
@@ -67,45 +68,27 @@ class Closed:
 RunFlow = Callable[..., Closed]
 
 
-@pytest.fixture
-def writer(make_token: Callable[..., str], client_for: Callable[[str | None], APIClient]) -> APIClient:
-    return client_for(make_token("reasoning.write", name="researcher-agent"))
-
-
-def open_flow(
-    writer: APIClient,
-    agent: str,
+def open_flow_with_a_step(
+    client: APIClient,
+    by: str,
     *,
     trigger_ref: str = TRIGGER_REF,
     trigger_summary: str = PLAIN_TRIGGER,
-    dispatched_from_backlog: bool | None = None,
+    **fields: Any,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "trigger_type": "user_question",
-        "trigger_ref": trigger_ref,
-        "trigger_summary": trigger_summary,
-        "agent": agent,
-    }
-    if dispatched_from_backlog is not None:
-        body["dispatched_from_backlog"] = dispatched_from_backlog
-    created = writer.post(FLOWS, body, format="json")
-    assert created.status_code == 201, created.content
-    step = writer.post(
-        f"{FLOWS}/{created.json()['id']}/steps",
-        {"kind": "retrieval", "agent": agent, "summary_text": "Searched the guideline library"},
-        format="json",
-    )
-    assert step.status_code == 201, step.content
-    result: dict[str, Any] = created.json()
-    return result
+    """Open a flow run by agent ``by`` (the producer that reads it depends on who ran it) with one
+    retrieval step of its own, ready to close; return the create body."""
+    created = open_flow(client, agent=by, trigger_ref=trigger_ref, trigger_summary=trigger_summary, **fields)
+    add_step(client, created["id"], agent=by, summary_text="Searched the guideline library")
+    return created
 
 
 @pytest.fixture
-def run_flow(writer: APIClient, django_capture_on_commit_callbacks: Any) -> RunFlow:
-    """Open a flow, add a step and close it; ``metrics`` goes in as ``outcome_metrics``."""
+def run_flow(agent: APIClient, django_capture_on_commit_callbacks: Any) -> RunFlow:
+    """Open a flow run by agent ``by``, add a step and close it; ``metrics`` goes in as ``outcome_metrics``."""
 
     def run(
-        agent: str = "researcher",
+        by: str = "researcher",
         *,
         metrics: Any = None,
         state: str = "completed",
@@ -113,13 +96,10 @@ def run_flow(writer: APIClient, django_capture_on_commit_callbacks: Any) -> RunF
         trigger_summary: str = PLAIN_TRIGGER,
         dispatched_from_backlog: bool | None = None,
     ) -> Closed:
-        created = open_flow(
-            writer,
-            agent,
-            trigger_ref=trigger_ref,
-            trigger_summary=trigger_summary,
-            dispatched_from_backlog=dispatched_from_backlog,
-        )
+        fields: dict[str, Any] = {"trigger_ref": trigger_ref, "trigger_summary": trigger_summary}
+        if dispatched_from_backlog is not None:
+            fields["dispatched_from_backlog"] = dispatched_from_backlog
+        created = open_flow_with_a_step(agent, by, **fields)
         close: dict[str, Any] = {"flow_state": state}
         if state == "completed":
             close["outcome_type"] = "research_delivered"
@@ -128,7 +108,7 @@ def run_flow(writer: APIClient, django_capture_on_commit_callbacks: Any) -> RunF
         if metrics is not None:
             close["outcome_metrics"] = metrics
         with django_capture_on_commit_callbacks(execute=True) as callbacks:
-            response = writer.patch(f"{FLOWS}/{created['id']}", close, format="json")
+            response = agent.patch(f"{FLOWS}/{created['id']}", close, format="json")
         if response.status_code == 200:
             # The close announces itself after commit: a test that expects nothing still ran the producer.
             assert len(callbacks) >= 1
@@ -270,10 +250,10 @@ def test_good_or_absent_results_enqueue_nothing(run_flow: RunFlow, metrics: dict
 
 @override_settings(RESEARCH_AUTO_ENQUEUE_ENABLED=True, CRITIC_AUTO_ENQUEUE_ENABLED=True)
 @pytest.mark.parametrize(
-    ("agent", "metrics"), [("researcher", WEAK_RESEARCH), ("critic", CRITIC_REJECT)], ids=["researcher", "critic"]
+    ("by", "metrics"), [("researcher", WEAK_RESEARCH), ("critic", CRITIC_REJECT)], ids=["researcher", "critic"]
 )
-def test_an_aborted_flow_produces_nothing(run_flow: RunFlow, agent: str, metrics: dict[str, Any]) -> None:
-    closed = run_flow(agent, metrics=metrics, state="aborted")
+def test_an_aborted_flow_produces_nothing(run_flow: RunFlow, by: str, metrics: dict[str, Any]) -> None:
+    closed = run_flow(by, metrics=metrics, state="aborted")
 
     assert closed.status == 200
     assert closed.body["flow_state"] == "aborted"
@@ -419,16 +399,16 @@ def test_flows_dispatched_from_backlog_never_produce(
     assert_nothing_produced()
 
 
-def test_dispatched_from_backlog_defaults_to_false_in_the_flow_json(writer: APIClient) -> None:
-    created = open_flow(writer, "researcher")
+def test_dispatched_from_backlog_defaults_to_false_in_the_flow_json(agent: APIClient) -> None:
+    created = open_flow(agent)
 
     assert created["dispatched_from_backlog"] is False
     assert ReasoningFlow.objects.get(pk=created["id"]).dispatched_from_backlog is False
 
 
 @pytest.mark.parametrize("value", ["true", 1, None])
-def test_dispatched_from_backlog_must_be_a_json_boolean(writer: APIClient, value: Any) -> None:
-    response = writer.post(
+def test_dispatched_from_backlog_must_be_a_json_boolean(agent: APIClient, value: Any) -> None:
+    response = agent.post(
         FLOWS, {"trigger_type": "user_question", "agent": "researcher", "dispatched_from_backlog": value}, format="json"
     )
 
@@ -442,7 +422,7 @@ def test_dispatched_from_backlog_must_be_a_json_boolean(writer: APIClient, value
 
 @override_settings(RESEARCH_AUTO_ENQUEUE_ENABLED=True, CRITIC_AUTO_ENQUEUE_ENABLED=True)
 @pytest.mark.parametrize(
-    ("agent", "metrics", "strategy", "action"),
+    ("by", "metrics", "strategy", "action"),
     [
         pytest.param("researcher", WEAK_RESEARCH, "mark_for_review", DEEPER_CREATED, id="researcher"),
         pytest.param("critic", CRITIC_REJECT, "mark_for_review", CLAIM_MARKED, id="critic-mark"),
@@ -450,10 +430,10 @@ def test_dispatched_from_backlog_must_be_a_json_boolean(writer: APIClient, value
     ],
 )
 def test_producing_twice_for_one_flow_leaves_one_entry_and_one_audit_event(
-    run_flow: RunFlow, agent: str, metrics: dict[str, Any], strategy: str, action: str
+    run_flow: RunFlow, by: str, metrics: dict[str, Any], strategy: str, action: str
 ) -> None:
     with override_settings(CRITIC_DISPATCH_STRATEGY=strategy):
-        closed = run_flow(agent, metrics=metrics)  # the close produced once already
+        closed = run_flow(by, metrics=metrics)  # the close produced once already
         flow = closed.flow
         produce(flow)
         produce(flow)
@@ -464,10 +444,10 @@ def test_producing_twice_for_one_flow_leaves_one_entry_and_one_audit_event(
 
 
 @override_settings(RESEARCH_AUTO_ENQUEUE_ENABLED=True)
-def test_produce_twice_without_a_close_signal_enqueues_once(writer: APIClient) -> None:
-    created = open_flow(writer, "researcher")
+def test_produce_twice_without_a_close_signal_enqueues_once(agent: APIClient) -> None:
+    created = open_flow_with_a_step(agent, "researcher")
     with override_settings(RESEARCH_AUTO_ENQUEUE_ENABLED=False):
-        closed = writer.patch(
+        closed = agent.patch(
             f"{FLOWS}/{created['id']}",
             {"flow_state": "completed", "outcome_type": "research_delivered", "outcome_metrics": WEAK_RESEARCH},
             format="json",
@@ -484,7 +464,7 @@ def test_produce_twice_without_a_close_signal_enqueues_once(writer: APIClient) -
 
 @override_settings(RESEARCH_AUTO_ENQUEUE_ENABLED=True, CRITIC_AUTO_ENQUEUE_ENABLED=True)
 @pytest.mark.parametrize(
-    ("agent", "metrics", "broken"),
+    ("by", "metrics", "broken"),
     [("researcher", WEAK_RESEARCH, "enqueue"), ("critic", CRITIC_REJECT, "mark_claim_for_review")],
     ids=["enqueue", "mark"],
 )
@@ -492,7 +472,7 @@ def test_a_producer_failure_never_fails_the_close(
     run_flow: RunFlow,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
-    agent: str,
+    by: str,
     metrics: dict[str, Any],
     broken: str,
 ) -> None:
@@ -504,7 +484,7 @@ def test_a_producer_failure_never_fails_the_close(
 
     monkeypatch.setattr(services, broken, boom)
 
-    closed = run_flow(agent, metrics=metrics)
+    closed = run_flow(by, metrics=metrics)
 
     assert calls, "the producer did not run"
     assert closed.status == 200, closed.body
@@ -559,10 +539,10 @@ def test_bad_outcome_metrics_are_400_naming_the_field_and_leave_the_flow_active(
 
 @pytest.mark.django_db(transaction=True)
 @override_settings(RESEARCH_AUTO_ENQUEUE_ENABLED=True)
-def test_the_producer_runs_after_a_real_commit(writer: APIClient) -> None:
-    created = open_flow(writer, "researcher")
+def test_the_producer_runs_after_a_real_commit(agent: APIClient) -> None:
+    created = open_flow_with_a_step(agent, "researcher")
 
-    response = writer.patch(
+    response = agent.patch(
         f"{FLOWS}/{created['id']}",
         {"flow_state": "completed", "outcome_type": "research_delivered", "outcome_metrics": {"composite_k": 0.3}},
         format="json",
