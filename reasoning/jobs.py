@@ -15,6 +15,7 @@ from audit.services import job_run
 from core.errors import Conflict
 from reasoning.models import ReasoningFlow, ReasoningStep
 from reasoning.services import close_flow, purge_reasoning_batch
+from reasoning.traces import adopt_orphans
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +37,10 @@ def decay_stale_flows(now: datetime | None = None, *, batch_size: int = 500) -> 
     """Abort flows left active longer than FLOW_DECAY_HOURS, with reason ``timeout``.
 
     Agents that crash leave zombie flows; this closes them so they stop accepting steps
-    and show up as aborted. Each flow is closed by the normal close service (its own
-    transaction and audit event); a flow closed concurrently by its agent is skipped.
+    and show up as aborted. OpenTelemetry spans still waiting for their root span after
+    as long become an aborted flow of their trace (``reasoning.traces.adopt_orphans``).
+    Each flow is closed by the normal close service (its own transaction and audit
+    event); a flow closed concurrently by its agent is skipped.
     Returns the number of flows aborted.
     """
     now = now or timezone.now()
@@ -57,8 +60,17 @@ def decay_stale_flows(now: datetime | None = None, *, batch_size: int = 500) -> 
                     counts["aborted"] += 1
                 except Conflict:
                     counts["skipped"] += 1  # closed by its agent meanwhile
+        # OpenTelemetry spans whose flow (root span) never came: an aborted flow per trace.
+        counts["orphan_spans"] = 0
+        while adopted := adopt_orphans(received_before=cutoff, actor=FLOW_DECAY_ACTOR, limit=batch_size):
+            counts["orphan_spans"] += adopted
     aborted, skipped = counts["aborted"], counts["skipped"]
-    logger.info("flow decay: aborted %d stale flows (%d closed concurrently)", aborted, skipped)
+    logger.info(
+        "flow decay: aborted %d stale flows (%d closed concurrently), adopted %d orphan spans",
+        aborted,
+        skipped,
+        counts["orphan_spans"],
+    )
     return int(aborted)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +312,18 @@ def _new_flow(agent: APIClient) -> str:
     return flow_id
 
 
+@dataclass
+class _Rejected:
+    """An ingest item that was rejected: not a 2xx for the pattern check."""
+
+    answer: Any
+    status_code: int = 422
+
+    @property
+    def content(self) -> Any:
+        return self.answer.content
+
+
 def _send_field(component: str, field: str, value: str, agent: APIClient, operator: APIClient) -> Any:
     """Send a valid body of ``component`` with ``field`` set to ``value``."""
     body: dict[str, Any]
@@ -326,6 +339,11 @@ def _send_field(component: str, field: str, value: str, agent: APIClient, operat
         else:
             body[field] = value
         return agent.patch(f"/api/reasoning/flows/{_new_flow(agent)}", body, format="json")
+    if component == "IngestItemRequest":
+        item = {"id": str(uuid.uuid4()), "trigger_type": "user_question", field: value}
+        response = agent.post("/api/reasoning/ingest", {"flows": [item]}, format="json")
+        # The route answers 200 even when the item is rejected; the item says which.
+        return response if response.status_code != 200 or response.json()["rejected"] == 0 else _Rejected(response)
     if component == "DeeperRequestRequest":
         body = {"trigger_type": "user_question", "question": "Why?", field: value}
         return operator.post("/admin/v1/reasoning/research/deeper-request", body, format="json")

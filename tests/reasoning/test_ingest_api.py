@@ -53,7 +53,7 @@ def ingest(client: APIClient, *items: dict[str, Any]) -> Any:
 
 
 def actions_for(flow_id: str) -> list[str]:
-    step_ids = [str(pk) for pk in ReasoningStep.objects.filter(flow_id=flow_id).values_list("pk", flat=True)]
+    step_ids = [str(pk) for pk in ReasoningStep.objects.filter(flow_id=uuid.UUID(flow_id)).values_list("pk", flat=True)]
     return list(
         AuditEvent.objects.filter(target_id__in=[flow_id, *step_ids])
         .exclude(action__startswith="reasoning.pathway")
@@ -164,9 +164,7 @@ def test_a_long_running_agent_sends_its_flow_in_pieces(agent: APIClient) -> None
     first_step = opened["steps"][0]["id"]
 
     appended = ingest(agent, {"id": opened["id"], "steps": [step(1, parent_step_id=first_step)]})
-    closed = ingest(
-        agent, {"id": opened["id"], "close": {"flow_state": "aborted", "abort_reason": "tool_error"}}
-    )
+    closed = ingest(agent, {"id": opened["id"], "close": {"flow_state": "aborted", "abort_reason": "tool_error"}})
 
     assert appended.json()["flows"][0] | {"errors": {}} == {
         "index": 0,
