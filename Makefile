@@ -70,9 +70,10 @@ $(BENCH_TOOLS)/bin/py-spy:
 	$(PYTHON) -m venv $(BENCH_TOOLS)
 	$(BENCH_TOOLS)/bin/pip install --quiet --disable-pip-version-check py-spy
 
-# The write path, then the matcher (100k pathways; BENCH_LARGE=1 for 1M).
+# The write path, OTLP ingest, then the matcher (100k pathways; BENCH_LARGE=1 for 1M).
 bench: db wrk $(BENCH_TOOLS)/bin/py-spy
 	$(BIN)/python scripts/bench_write_path.py
+	$(BIN)/python scripts/bench_ingest.py
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py
 
 bench-matcher: db $(BENCH_TOOLS)/bin/py-spy
