@@ -177,6 +177,9 @@ BULK_BODY_PATHS = ("/api/reasoning/ingest", "/v1/traces")
 OTLP_MESSAGE_CONTENT = env_choice("OTLP_MESSAGE_CONTENT", ("encrypt", "drop"), "encrypt")
 
 # --- API ----------------------------------------------------------------------------
+# Each process keeps API tokens this long after reading them: a token revoked in the
+# database stops working everywhere within this many seconds (0: read on every request).
+API_TOKEN_CACHE_SECONDS = env_float("API_TOKEN_CACHE_SECONDS", 10.0, minimum=0.0)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["reasoning.auth.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

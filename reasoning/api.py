@@ -28,6 +28,7 @@ from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_flag, parse_limit, parse_uuid
 from core.errors import InvalidInput
 from core.labels import LABEL_PATTERN, label_validator
+from core.serializers import validated
 from reasoning import services
 from reasoning.access import CanReadNarrative, NarrativeReadThrottle, patient_of
 from reasoning.auth import BearerTokenAuthentication, CanWrite, IsAdmin, TokenPrincipal
@@ -85,9 +86,8 @@ class FlowCollectionView(ApiView):
         ],
     )
     def post(self, request: Request) -> Response:
-        body = FlowCreateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        flow, created = services.start_flow(body.validated_data, actor=actor_for(request))
+        fields = validated(FlowCreateSerializer, request.data)
+        flow, created = services.start_flow(fields, actor=actor_for(request))
         return Response(flow_representation(flow), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
@@ -185,9 +185,7 @@ class FlowDetailView(ApiView):
     )
     def patch(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
-        body = FlowCloseSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
+        data = validated(FlowCloseSerializer, request.data)
         flow = services.close_flow(
             pk,
             state=data["flow_state"],
@@ -239,9 +237,8 @@ class StepCollectionView(ApiView):
     )
     def post(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
-        body = StepCreateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        step, created = services.add_step(pk, body.validated_data, actor=actor_for(request))
+        fields = validated(StepCreateSerializer, request.data)
+        step, created = services.add_step(pk, fields, actor=actor_for(request))
         return Response(step_representation(step), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
@@ -316,10 +313,11 @@ class StepBatchView(ApiView):
     )
     def post(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
-        body = StepBatchSerializer(data=request.data)
-        if not body.is_valid():
-            raise ValidationError(name_the_steps(body.errors))
-        steps, created = services.add_steps(pk, body.validated_data["steps"], actor=actor_for(request))
+        try:
+            body = validated(StepBatchSerializer, request.data)
+        except ValidationError as exc:
+            raise ValidationError(name_the_steps(exc.detail)) from None  # type: ignore[arg-type]
+        steps, created = services.add_steps(pk, body["steps"], actor=actor_for(request))
         return Response(
             {"steps": [step_representation(step) for step in steps]},
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,

@@ -8,8 +8,8 @@ request is a list of ``Item``s; an item is one flow's part of the request: open 
 
 Each item is all or none; items are independent. The writes of all accepted items go
 to the database together, in one transaction and a fixed number of statements whatever
-the number of items and steps (multi-row inserts, ``UPDATE … FROM unnest``, one
-``INSERT … SELECT FROM unnest`` for the audit events), and the close of every closing
+the number of items and steps (``INSERT … SELECT FROM unnest`` for flows, steps and
+audit events, ``UPDATE … FROM unnest`` for stored flows: ``core.bulk``), and the close of every closing
 flow (outcome confidence, summary guard, radar snapshot) is computed for all of them at
 once. After commit, ``flows_closed`` is sent once, with every flow that closed.
 
@@ -33,6 +33,7 @@ from django.utils.crypto import salted_hmac
 
 from audit.actions import Action
 from audit.services import Event, payload_float, record_many
+from core.bulk import insert_rows
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
 from patients.models import Patient
 from reasoning import metrics
@@ -492,14 +493,12 @@ def _snapshots(
 
 def _insert(plans: Sequence[Plan], now: datetime) -> None:
     new_flows = [plan.flow for plan in plans if plan.new_flow]
-    if new_flows:
-        ReasoningFlow.objects.bulk_create(new_flows)
+    insert_rows(new_flows)
     steps = [step for plan in plans for step in plan.new_steps]
     for step in steps:
         if step.created_at is None:
             step.created_at = now
-    if steps:
-        ReasoningStep.objects.bulk_create(steps)
+    insert_rows(steps)
     changed = [plan.flow for plan in plans if not plan.new_flow and (plan.new_steps or plan.closing)]
     if changed:
         _update_flows(changed)

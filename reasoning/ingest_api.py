@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +22,7 @@ from rest_framework.response import Response
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, flat_errors
 from core.errors import ServiceError
+from core.serializers import validated
 from reasoning import ingest, otlp, traces
 from reasoning.auth import CanWrite
 from reasoning.serializers import (
@@ -156,12 +158,11 @@ class IngestView(ApiView):
         positions: list[int] = []
         for index, raw in enumerate(raw_items):
             where = f"flows[{index}]"
-            body = IngestItemSerializer(data=raw)
-            if not body.is_valid():
-                flow_id = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else None
-                answers[index] = _rejected(index, flow_id, flat_errors(body.errors, where))
+            try:
+                fields = validated(IngestItemSerializer, raw)
+            except ValidationError as exc:
+                answers[index] = _rejected(index, _echoed_id(raw), flat_errors(exc.detail, where))
                 continue
-            fields = dict(body.validated_data)
             flow_id = fields.pop("id", None)
             steps = fields.pop("steps", [])
             close = fields.pop("close", None)
@@ -189,6 +190,14 @@ class IngestView(ApiView):
             {"flows": answers, **counts},
             status=status.HTTP_207_MULTI_STATUS if counts["rejected"] else status.HTTP_200_OK,
         )
+
+
+def _echoed_id(raw: Any) -> uuid.UUID | None:
+    """The id a rejected item gave, when it is one."""
+    try:
+        return uuid.UUID(raw["id"]) if isinstance(raw, dict) and isinstance(raw.get("id"), str) else None
+    except ValueError:
+        return None
 
 
 def _rejected(index: int, flow_id: Any, errors: dict[str, list[str]]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from audit.services import record
 from core.errors import Conflict, InvalidInput, NotFound
 from patients.models import Patient
 from reasoning import ingest
-from reasoning.auth import TOKEN_PREFIX, hash_token
+from reasoning.auth import TOKEN_PREFIX, hash_token, token_cache
 from reasoning.models import ApiToken, ReasoningFlow, ReasoningStep
 
 logger = logging.getLogger(__name__)
@@ -90,6 +90,9 @@ def revoke_api_token(*, name: str, actor: str) -> ApiToken:
     if not updated:
         raise Conflict(f"token {name!r} is already revoked")
     record(Action.API_TOKEN_REVOKED, actor=actor, target=token)
+    # This process forgets it at once (a rollback only costs a cache miss); the others
+    # within API_TOKEN_CACHE_SECONDS.
+    token_cache.clear()
     return token
 
 

@@ -140,6 +140,8 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from re import _constants, _parser  # type: ignore[attr-defined]  # stdlib, unstubbed: which alternatives need a digit
+from typing import Any
 
 MAX_SUMMARY_CHARS = 280
 
@@ -154,8 +156,55 @@ _OK = GuardResult(ok=True, rule=None)
 
 
 def _rx(*alternatives: str) -> re.Pattern[str]:
-    """One pattern that matches when any alternative does (case-sensitive unless ``(?i:)``)."""
-    return re.compile("|".join(f"(?:{alternative})" for alternative in alternatives))
+    """One pattern that matches when any alternative does (case-sensitive unless ``(?i:)``).
+
+    Also remembers the alternatives that can match a text without a digit
+    (``_WITHOUT_DIGITS``): most summaries have none, and most rules cannot fire without one.
+    """
+    pattern = re.compile("|".join(f"(?:{alternative})" for alternative in alternatives))
+    digit_free = [alternative for alternative in alternatives if not _needs_digit(_parser.parse(alternative))]
+    _WITHOUT_DIGITS[pattern] = (
+        None if not digit_free else re.compile("|".join(f"(?:{alternative})" for alternative in digit_free))
+    )
+    return pattern
+
+
+# For each _rx pattern: what is left of it for a text without digits (None: it cannot match one).
+_WITHOUT_DIGITS: dict[re.Pattern[str], re.Pattern[str] | None] = {}
+_ANY_DIGIT = re.compile(r"\d")
+_ASCII_DIGITS = frozenset(map(ord, "0123456789"))
+_REPEATS = (_constants.MAX_REPEAT, _constants.MIN_REPEAT, _constants.POSSESSIVE_REPEAT)
+
+
+def _needs_digit(parsed: Any) -> bool:
+    """Whether every match of the parsed pattern contains a character ``\\d`` matches.
+    Conservative: False whenever unsure (then the alternative is always tried)."""
+    return any(_item_needs_digit(op, av) for op, av in parsed)
+
+
+def _item_needs_digit(op: Any, av: Any) -> bool:
+    c = _constants
+    if op is c.LITERAL:
+        return av in _ASCII_DIGITS
+    if op is c.IN:
+        return bool(av) and all(
+            (kind is c.CATEGORY and value is c.CATEGORY_DIGIT)
+            or (kind is c.LITERAL and value in _ASCII_DIGITS)
+            or (kind is c.RANGE and value[0] in _ASCII_DIGITS and value[1] in _ASCII_DIGITS)
+            for kind, value in av
+        )
+    if op in _REPEATS:
+        low, _high, sub = av
+        return bool(low >= 1 and _needs_digit(sub))
+    if op is c.SUBPATTERN:
+        return _needs_digit(av[-1])
+    if op is c.ATOMIC_GROUP:
+        return _needs_digit(av)
+    if op is c.BRANCH:
+        return all(_needs_digit(branch) for branch in av[1])
+    if op is c.ASSERT:  # a positive lookaround: the text has what it asserts
+        return _needs_digit(av[1])
+    return False
 
 
 # Shared fragments.
@@ -417,14 +466,18 @@ def _has_control_char(raw: str, folded: str) -> bool:
 
 
 def _has_long_digit_id(raw: str, folded: str) -> bool:
+    if not _ANY_DIGIT.search(folded):
+        return False
     if _DIGIT_RUN.search(folded):
         return True
     return any(sum(char.isdigit() for char in match.group()) >= 9 for match in _DIGIT_GROUPS.finditer(folded))
 
 
 def _has_opaque_id(raw: str, folded: str) -> bool:
-    if _OPAQUE_ID.search(folded):
+    if _OPAQUE_ID_RULE(raw, folded):
         return True
+    if not _ANY_DIGIT.search(folded):
+        return False  # the tokens below need five digits
     for match in _ALNUM_TOKEN.finditer(folded):
         token = match.group()
         if sum(char.isdigit() for char in token) >= 5 and any(char.isalpha() for char in token):
@@ -433,11 +486,17 @@ def _has_opaque_id(raw: str, folded: str) -> bool:
 
 
 def _matches(pattern: re.Pattern[str]) -> Callable[[str, str], bool]:
+    digit_free = _WITHOUT_DIGITS[pattern]
+
     def rule(raw: str, folded: str) -> bool:
+        if digit_free is not pattern and not _ANY_DIGIT.search(folded):
+            return digit_free is not None and digit_free.search(folded) is not None
         return pattern.search(folded) is not None
 
     return rule
 
+
+_OPAQUE_ID_RULE = _matches(_OPAQUE_ID)
 
 # (name, predicate(raw text, normalised view)), in evaluation order; the first that fires names the result.
 _RULES: tuple[tuple[str, Callable[[str, str], bool]], ...] = (

@@ -30,9 +30,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from rest_framework.exceptions import ValidationError
 
 from core.api_views import flat_errors
+from core.serializers import validated
 from reasoning import ingest
 from reasoning.models import PendingSpan, ReasoningFlow, ReasoningStep
 from reasoning.otlp import MappedSpan, SpanProblem
@@ -102,15 +103,15 @@ def _validate(span: MappedSpan) -> SpanProblem | dict[str, Any]:
         if span.opens_flow
         else [(StepCreateSerializer, span.step, "step")]
     )
-    validated: dict[str, Any] = {}
+    checked: dict[str, Any] = {}
     for serializer_class, data, part in checks:
-        serializer = serializer_class(data=data)
-        if not serializer.is_valid():
-            errors = flat_errors(serializer.errors)
+        try:
+            checked[part] = validated(serializer_class, data)
+        except ValidationError as exc:
+            errors = flat_errors(exc.detail)
             described = "; ".join(f"{_attribute(name)}: {' '.join(messages)}" for name, messages in errors.items())
             return SpanProblem(span.trace_id, span.span_id, f"span {span.span_id}: {described}")
-        validated[part] = dict(serializer.validated_data)
-    return validated
+    return checked
 
 
 def _attribute(field_name: str) -> str:
@@ -238,16 +239,11 @@ def _place(
 
 
 def _stored_openers(keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], uuid.UUID]:
-    keys = list(keys)
-    if not keys:
+    """Flows already opened by these spans, found by their derived ids (one index lookup each)."""
+    ids = {span_uuid(*key): key for key in keys}
+    if not ids:
         return {}
-    condition = Q()
-    for trace_id, span_id in keys:
-        condition |= Q(trace_id=trace_id, root_span_id=span_id)
-    return {
-        (trace_id, root): pk
-        for pk, trace_id, root in ReasoningFlow.objects.filter(condition).values_list("pk", "trace_id", "root_span_id")
-    }
+    return {ids[pk]: pk for pk in ReasoningFlow.objects.filter(pk__in=ids).values_list("pk", flat=True)}
 
 
 def _stored_steps(keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[uuid.UUID, uuid.UUID]]:
@@ -313,9 +309,7 @@ def _step_body(
 
 
 def _validated(serializer_class: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)  # parked spans were validated on arrival
-    return dict(serializer.validated_data)
+    return validated(serializer_class, data)  # parked spans were validated on arrival: this passes
 
 
 def _ordered(members: list[tuple[tuple[str, str], _Placed]]) -> list[tuple[tuple[str, str], _Placed]]:

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from datetime import timedelta
 from io import StringIO
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import time_machine
@@ -292,3 +292,82 @@ def test_failed_revocation_writes_no_audit_event(db: None) -> None:
         call_command("revoke_api_token", "--name", "X", stdout=StringIO())
 
     assert AuditEvent.objects.filter(action="auth.api_token.revoked").count() == 1
+
+
+# --- The token cache: a revoked token stops working within API_TOKEN_CACHE_SECONDS ------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    from reasoning.auth import token_cache
+
+    fake = FakeClock()
+    monkeypatch.setattr(token_cache, "clock", fake)
+    token_cache.clear()
+    return fake
+
+
+def test_a_token_revoked_elsewhere_stops_working_within_the_cache_lifetime(
+    db: None, client_for: Callable[[str | None], APIClient], clock: FakeClock, settings: Any
+) -> None:
+    settings.API_TOKEN_CACHE_SECONDS = 10.0
+    raw, _ = create_token("--name", "cached", "--scopes", "reasoning.write")
+    client = client_for(raw)
+    assert post_flow(client).status_code == 201  # read from the database, and kept
+
+    # Revoked by another process (a direct write: this process's cache does not hear of it).
+    ApiToken.objects.filter(name="cached").update(revoked_at=timezone.now())
+    clock.now += 9.9
+    still_cached = post_flow(client)
+    clock.now += 0.2  # 10.1 s after it was read
+    refused = post_flow(client)
+
+    assert still_cached.status_code == 201
+    assert refused.status_code == 401
+    assert refused.json() == {"detail": "Token has been revoked."}
+
+
+def test_revoking_in_this_process_takes_effect_at_once(
+    db: None, client_for: Callable[[str | None], APIClient], clock: FakeClock, settings: Any
+) -> None:
+    settings.API_TOKEN_CACHE_SECONDS = 10.0
+    raw, _ = create_token("--name", "cached", "--scopes", "reasoning.write")
+    client = client_for(raw)
+    assert post_flow(client).status_code == 201
+
+    call_command("revoke_api_token", "--name", "cached", stdout=StringIO())
+
+    assert post_flow(client).status_code == 401
+
+
+def test_a_cached_token_still_expires_on_time(
+    db: None, client_for: Callable[[str | None], APIClient], clock: FakeClock, settings: Any
+) -> None:
+    settings.API_TOKEN_CACHE_SECONDS = 3600.0
+    raw, _ = create_token("--name", "brief", "--scopes", "reasoning.write", "--expires-in-days", "1")
+    client = client_for(raw)
+    assert post_flow(client).status_code == 201
+
+    with time_machine.travel(timezone.now() + timedelta(days=1, seconds=1)):
+        assert post_flow(client).status_code == 401
+
+
+def test_with_the_cache_off_every_request_reads_the_token(
+    db: None, client_for: Callable[[str | None], APIClient], clock: FakeClock, settings: Any
+) -> None:
+    settings.API_TOKEN_CACHE_SECONDS = 0
+    raw, _ = create_token("--name", "uncached", "--scopes", "reasoning.write")
+    client = client_for(raw)
+    assert post_flow(client).status_code == 201
+
+    ApiToken.objects.filter(name="uncached").update(revoked_at=timezone.now())
+
+    assert post_flow(client).status_code == 401
