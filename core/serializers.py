@@ -15,6 +15,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.utils.deconstruct import deconstructible
 from rest_framework import serializers
+from rest_framework.exceptions import ErrorDetail
+from rest_framework.settings import api_settings
 
 from core.labels import label_validator
 
@@ -231,4 +233,13 @@ def validated(serializer_class: type[serializers.Serializer[Any]], data: Any) ->
     instance = cache.get(serializer_class)
     if instance is None:
         instance = cache[serializer_class] = serializer_class()
-    return dict(instance.run_validation(data))
+    try:
+        return dict(instance.run_validation(data))
+    except serializers.ValidationError as exc:
+        # As ``Serializer.errors`` presents them: a body-level problem under non_field_errors.
+        detail = exc.detail
+        if isinstance(detail, list):
+            if len(detail) == 1 and getattr(detail[0], "code", None) == "null":
+                detail = [ErrorDetail("No data provided", code="null")]
+            detail = {api_settings.NON_FIELD_ERRORS_KEY: detail}
+        raise serializers.ValidationError(detail) from None

@@ -48,6 +48,14 @@ class MetricSnapshot:
         return sum(v for (metric, attrs), v in self.points.items() if metric == name and wanted <= attrs)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_token_cache() -> None:
+    """Each test starts with no API token cached (reasoning.auth.token_cache)."""
+    from reasoning.auth import token_cache
+
+    token_cache.clear()
+
+
 @pytest.fixture
 def metric_snapshot() -> Callable[[], MetricSnapshot]:
     return MetricSnapshot

@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 from pathways.matcher import match
 from pathways.models import Pathway
 from pathways.radar import candidate_radars
+from reasoning.auth import token_cache
 from reasoning.dimensions import AXES, MAX_SCORE
 from reasoning.models import ReasoningFlow, ReasoningStep
 from tests.factories import make_pathway
@@ -254,6 +255,7 @@ def test_candidate_radars_runs_two_queries_whatever_the_number_of_candidates(
 
 def match_query_count(operator: APIClient, trigger_type: str, size: int) -> int:
     library_of(size, trigger_type)
+    token_cache.clear()  # both counts include the token lookup
     with CaptureQueriesContext(connection) as queries:
         candidates = get_candidates(operator, trigger_type=trigger_type)
     assert len(candidates) == size
