@@ -29,10 +29,10 @@ def _statement(model: type[models.Model]) -> tuple[str, tuple[models.Field[Any, 
         columns.append(column)
         db_type = field.db_type(connection)
         if isinstance(field, ArrayField):
-            # An array per row cannot be a row of an unnested 2-D array: send each as JSON text.
+            # An array per row cannot be a row of an unnested 2-D array: send each as the text
+            # of an array literal, cast back per row.
             arrays.append("%s::text[]")
-            element = field.base_field.db_type(connection)
-            selected.append(f"ARRAY(SELECT jsonb_array_elements_text(v.{column}::jsonb))::{element}[]")
+            selected.append(f"v.{column}::{db_type}")
         elif isinstance(field, models.JSONField):
             arrays.append("%s::text[]")
             selected.append(f"v.{column}::jsonb")
@@ -57,22 +57,21 @@ def insert_rows(objs: Sequence[models.Model]) -> None:
     columns: list[list[Any]] = []
     for field in fields:
         values = [field.pre_save(obj, add=True) for obj in objs]
-        if isinstance(field, ArrayField | models.JSONField):
-            columns.append([None if value is None else json.dumps(value, cls=field_encoder(field)) for value in values])
+        if isinstance(field, ArrayField):
+            columns.append([None if value is None else array_literal(value) for value in values])
+        elif isinstance(field, models.JSONField):
+            columns.append([None if value is None else json.dumps(value, cls=field.encoder) for value in values])
         else:
             columns.append([field.get_db_prep_save(value, connection) for value in values])
     with connection.cursor() as cursor:
         cursor.execute(sql, columns)
 
 
-def field_encoder(field: models.Field[Any, Any]) -> type[json.JSONEncoder] | None:
-    encoder = getattr(field, "encoder", None)
-    if encoder is not None:
-        return encoder  # type: ignore[no-any-return]
-    base = getattr(field, "base_field", None)
-    return _UUIDEncoder if isinstance(base, models.UUIDField) else None
-
-
-class _UUIDEncoder(json.JSONEncoder):
-    def default(self, o: Any) -> Any:
-        return str(o)
+def array_literal(values: Sequence[Any]) -> str:
+    """A one-dimensional PostgreSQL array literal: every element double-quoted, with ``\\``
+    and ``"`` escaped, so any text is safe; None is NULL."""
+    quoted = (
+        "NULL" if value is None else '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        for value in values
+    )
+    return "{" + ",".join(quoted) + "}"

@@ -158,19 +158,39 @@ _OK = GuardResult(ok=True, rule=None)
 def _rx(*alternatives: str) -> re.Pattern[str]:
     """One pattern that matches when any alternative does (case-sensitive unless ``(?i:)``).
 
-    Also remembers the alternatives that can match a text without a digit
-    (``_WITHOUT_DIGITS``): most summaries have none, and most rules cannot fire without one.
+    Also remembers, per alternative, what every match of it must contain (``_PREFILTERS``):
+    a digit, or some literal ASCII text. Most summaries are plain sentences that lack what
+    most alternatives need, so ``_matches`` skips those alternatives without running them.
     """
     pattern = re.compile("|".join(f"(?:{alternative})" for alternative in alternatives))
-    digit_free = [alternative for alternative in alternatives if not _needs_digit(_parser.parse(alternative))]
-    _WITHOUT_DIGITS[pattern] = (
-        None if not digit_free else re.compile("|".join(f"(?:{alternative})" for alternative in digit_free))
-    )
+    _PREFILTERS[pattern] = tuple(_prefilter(alternative) for alternative in alternatives)
     return pattern
 
 
-# For each _rx pattern: what is left of it for a text without digits (None: it cannot match one).
-_WITHOUT_DIGITS: dict[re.Pattern[str], re.Pattern[str] | None] = {}
+@dataclass(frozen=True)
+class _Prefilter:
+    """One alternative and what any match of it contains: a ``\\d`` character
+    (``needs_digit``), and for each entry of ``needs_text`` one of its strings (lower-case
+    ASCII; checked only on ASCII texts, where case-insensitive matching is lower-casing)."""
+
+    regex: re.Pattern[str]
+    needs_digit: bool
+    needs_text: tuple[frozenset[str], ...]
+
+    def may_match(self, text: str, lowered: str | None, has_digit: bool) -> bool:
+        if self.needs_digit and not has_digit:
+            return False
+        if lowered is not None:
+            return all(any(needle in lowered for needle in options) for options in self.needs_text)
+        return True
+
+
+def _prefilter(alternative: str) -> _Prefilter:
+    parsed = _parser.parse(alternative)
+    return _Prefilter(re.compile(alternative), _needs_digit(parsed), tuple(_needs_text(parsed)))
+
+
+_PREFILTERS: dict[re.Pattern[str], tuple[_Prefilter, ...]] = {}
 _ANY_DIGIT = re.compile(r"\d")
 _ASCII_DIGITS = frozenset(map(ord, "0123456789"))
 _REPEATS = (_constants.MAX_REPEAT, _constants.MIN_REPEAT, _constants.POSSESSIVE_REPEAT)
@@ -205,6 +225,43 @@ def _item_needs_digit(op: Any, av: Any) -> bool:
     if op is c.ASSERT:  # a positive lookaround: the text has what it asserts
         return _needs_digit(av[1])
     return False
+
+
+def _needs_text(parsed: Any) -> list[frozenset[str]]:
+    """What every match of the parsed pattern contains, as a list of "one of these strings"
+    (lower-case ASCII). Conservative: only runs of literal ASCII characters count, a run is
+    cut at anything else, and a branch counts only when each of its arms needs something."""
+    needs: list[frozenset[str]] = []
+    run: list[str] = []
+
+    def end_run() -> None:
+        if run:
+            needs.append(frozenset({"".join(run).lower()}))
+            run.clear()
+
+    c = _constants
+    for op, av in parsed:
+        if op is c.LITERAL and av < 128:
+            run.append(chr(av))
+            continue
+        end_run()
+        if op is c.SUBPATTERN:
+            needs.extend(_needs_text(av[-1]))
+        elif op is c.ATOMIC_GROUP:
+            needs.extend(_needs_text(av))
+        elif op in _REPEATS and av[0] >= 1:
+            needs.extend(_needs_text(av[2]))
+        elif op is c.ASSERT:
+            needs.extend(_needs_text(av[1]))
+        elif op is c.IN and av and all(kind is c.LITERAL and value < 128 for kind, value in av):
+            needs.append(frozenset(chr(value).lower() for _, value in av))
+        elif op is c.BRANCH:
+            arms = [_needs_text(arm) for arm in av[1]]
+            if all(arms):
+                # Each arm's longest need stands for it: the branch needs one of them.
+                needs.append(frozenset().union(*(max(arm, key=lambda o: min(map(len, o))) for arm in arms)))
+    end_run()
+    return needs
 
 
 # Shared fragments.
@@ -486,12 +543,15 @@ def _has_opaque_id(raw: str, folded: str) -> bool:
 
 
 def _matches(pattern: re.Pattern[str]) -> Callable[[str, str], bool]:
-    digit_free = _WITHOUT_DIGITS[pattern]
+    prefilters = _PREFILTERS[pattern]
 
     def rule(raw: str, folded: str) -> bool:
-        if digit_free is not pattern and not _ANY_DIGIT.search(folded):
-            return digit_free is not None and digit_free.search(folded) is not None
-        return pattern.search(folded) is not None
+        has_digit = _ANY_DIGIT.search(folded) is not None
+        lowered = folded.lower() if folded.isascii() else None
+        return any(
+            prefilter.may_match(folded, lowered, has_digit) and prefilter.regex.search(folded) is not None
+            for prefilter in prefilters
+        )
 
     return rule
 

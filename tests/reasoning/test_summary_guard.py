@@ -10,6 +10,8 @@ import logging
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reasoning.summary_guard import RULES, GuardResult, check_all, check_summary
 
@@ -431,3 +433,74 @@ def test_the_guard_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
     for text, _ in UNSAFE:
         check_summary(text)
     assert caplog.records == []
+
+
+# --- The prefilters skip only alternatives that cannot match ------------------------------------
+
+_FRAGMENTS = [
+    "Dr. Smith",
+    "DR JANE",
+    "mrs jones",
+    "jane.doe@example.com",
+    "jane (at) example",
+    "DOB 01/02/1990",
+    "born on March 3",
+    "5 mg",
+    "two tablets",
+    "10 mL",
+    "patient name: joe",
+    "named sam",
+    "www.example.com/?a=1",
+    "https://x.org/a?b=1",
+    "ssn 123-45-6789",
+    "XXX-XX-1234",
+    "BP 120/80",
+    "98.6 °F",
+    "ICD-10 E11.9",
+    "age 45",
+    "45 y/o",
+    "in her 40s",
+    "12 Main Street",
+    "PO Box 12",
+    "apt 4",
+    "MRN: A12345",
+    "acct 123456",
+    "555-123-4567",
+    "+1 555 123 4567",
+    "10.0.0.1",
+    "fe80:0:0:0:0:0:0:1",
+    "deadbeef-dead-beef-dead-beefdeadbeef",
+    "zip 02139",
+    "Boston, MA 02139",
+    "metformin 500",
+    "sertraline: 50",
+    "2% cream",
+    "policy number 12345",
+    "Jan 2024",
+]
+_WORDS = ["the", "agent", "reviewed", "guideline", "dose", "summary", "prompt", "address", "mr", "pt", "at", "name"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(_FRAGMENTS),
+            st.sampled_from(_WORDS),
+            st.text(alphabet=st.characters(codec="utf-8"), max_size=6),
+        ),
+        max_size=12,
+    ).map(" ".join)
+)
+def test_prefilters_never_change_a_verdict(text: str) -> None:
+    from reasoning import summary_guard
+
+    filtered = summary_guard.check_summary(text)
+    original = summary_guard._Prefilter.may_match
+    summary_guard._Prefilter.may_match = lambda self, text, lowered, has_digit: True  # type: ignore[method-assign]
+    try:
+        unfiltered = summary_guard.check_summary(text)
+    finally:
+        summary_guard._Prefilter.may_match = original  # type: ignore[method-assign]
+
+    assert filtered == unfiltered, text
