@@ -65,7 +65,21 @@ def record_spans(spans: Sequence[MappedSpan], *, actor: str) -> Outcome:
     valid: list[MappedSpan] = []
     validated: dict[tuple[str, str], dict[str, Any]] = {}
     bad_traces: dict[str, SpanProblem] = {}
+    traces_of_span: dict[str, set[str]] = defaultdict(set)
     for span in spans:
+        traces_of_span[span.span_id].add(span.trace_id)
+    for span in spans:
+        elsewhere = traces_of_span.get(span.parent_span_id, set()) - {span.trace_id} if span.parent_span_id else set()
+        if elsewhere and span.trace_id not in traces_of_span[span.parent_span_id]:
+            problem = SpanProblem(
+                span.trace_id,
+                span.span_id,
+                f"span {span.span_id}: its parent span {span.parent_span_id} is in trace {min(elsewhere)}, "
+                f"not in this span's trace {span.trace_id}",
+            )
+            outcome.rejected.append(problem)
+            bad_traces.setdefault(span.trace_id, problem)
+            continue
         checked = _validate(span)
         if isinstance(checked, SpanProblem):
             outcome.rejected.append(checked)

@@ -382,6 +382,18 @@ def test_a_broken_span_is_reported_in_partial_success(agent: APIClient, bad: Spa
     assert not ReasoningFlow.objects.exists() and not PendingSpan.objects.exists()
 
 
+def test_a_span_whose_parent_is_in_another_trace_is_rejected(agent: APIClient) -> None:
+    other_trace = "0af7651916cd43dd8448eb211c80319c"
+    stray = otlp.span("stray", trace_id=other_trace, span_id="b7ad6b7169203332", parent_span_id=ROOT)
+
+    answer = send(agent, chat(), agent_root(), stray)
+
+    assert answer.partial_success.rejected_spans == 1
+    assert f"its parent span {ROOT} is in trace {TRACE}" in answer.partial_success.error_message
+    assert ReasoningFlow.objects.get().trace_id == TRACE
+    assert not PendingSpan.objects.exists()
+
+
 def test_duplicate_span_ids_with_different_content_are_rejected(agent: APIClient) -> None:
     answer = send(agent, chat(), chat(attributes={"gen_ai.usage.input_tokens": 5}), agent_root())
 
