@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -76,14 +76,18 @@ RADAR_ATTRIBUTES = (
 )
 
 
-def library_facts(flows: Sequence[ReasoningFlow]) -> dict[uuid.UUID, LibraryFacts]:
-    """Each flow's trigger family's maturity and the pathway it seeded, if any: two queries."""
-    seeded = {
-        row["seed_flow_id"]: row
-        for row in Pathway.objects.filter(seed_flow_id__in=[flow.pk for flow in flows]).values(
-            "seed_flow_id", "hit_count", "demoted_at"
-        )
-    }
+def library_facts(flows: Sequence[ReasoningFlow], new: Collection[uuid.UUID] = ()) -> dict[uuid.UUID, LibraryFacts]:
+    """Each flow's trigger family's maturity and the pathway it seeded, if any: two queries
+    (one when every flow is ``new``, being created now: no pathway can have come from it)."""
+    stored = [flow.pk for flow in flows if flow.pk not in new]
+    seeded = (
+        {
+            row["seed_flow_id"]: row
+            for row in Pathway.objects.filter(seed_flow_id__in=stored).values("seed_flow_id", "hit_count", "demoted_at")
+        }
+        if stored
+        else {}
+    )
     families = family_maturity(sorted({flow.trigger_type for flow in flows}))
     facts = {}
     for flow in flows:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -157,14 +157,20 @@ def _write(items: Sequence[Item], actor: str) -> tuple[list[Result], list[Plan]]
     return write_in_transaction(items, actor=actor)
 
 
-def write_in_transaction(items: Sequence[Item], *, actor: str) -> tuple[list[Result], list[Plan]]:
+def write_in_transaction(
+    items: Sequence[Item], *, actor: str, absent: Collection[uuid.UUID] = ()
+) -> tuple[list[Result], list[Plan]]:
     """``write`` inside the caller's transaction (the OTLP path parks and releases spans in
-    the same one). Returns the results and what was written, for ``count`` after commit."""
+    the same one). Returns the results and what was written, for ``count`` after commit.
+
+    ``absent``: flow and step ids the caller found not stored, earlier in this transaction;
+    they are not looked up again. (Should a concurrent request store one meanwhile, the
+    insert fails and the caller's retry sees it.)"""
     if not connection.in_atomic_block:
         raise RuntimeError("write_in_transaction() must run inside a transaction")
     now = timezone.now()
     prepared = [_prepare(item) for item in items]
-    named = {item.flow_id for item in items if item.flow_id is not None}
+    named = {item.flow_id for item in items if item.flow_id is not None} - set(absent)
     # Locks the stored flows this request touches, in id order (no deadlock between two
     # requests): a concurrent step write or close waits for this one, then sees its steps.
     stored_flows = (
@@ -172,7 +178,7 @@ def write_in_transaction(items: Sequence[Item], *, actor: str) -> tuple[list[Res
         if named
         else {}
     )
-    stored_steps = _stored_steps(prepared)
+    stored_steps = _stored_steps(prepared, absent)
     known_patients = _known_patients(items, stored_flows)
 
     results: list[Result] = []
@@ -270,7 +276,9 @@ def _split_pii(document: dict[str, Any], pii_fields: list[str]) -> tuple[dict[st
     return rest, (json.dumps(secret) if secret else None)
 
 
-def _stored_steps(prepared: Sequence[list[tuple[ReasoningStep, bool]] | ServiceError]) -> dict[uuid.UUID, Any]:
+def _stored_steps(
+    prepared: Sequence[list[tuple[ReasoningStep, bool]] | ServiceError], absent: Collection[uuid.UUID] = ()
+) -> dict[uuid.UUID, Any]:
     """Stored steps named by the request (client ids, parents), in one query."""
     wanted: set[uuid.UUID] = set()
     for steps in prepared:
@@ -282,6 +290,7 @@ def _stored_steps(prepared: Sequence[list[tuple[ReasoningStep, bool]] | ServiceE
             if step.parent_step_id is not None:
                 wanted.add(step.parent_step_id)
             wanted.update(step.extra_parent_ids)
+    wanted -= set(absent)
     if not wanted:
         return {}
     return {step.pk: step for step in ReasoningStep.objects.filter(pk__in=wanted).defer("reasoning_content")}
@@ -474,18 +483,12 @@ def _close_all(plans: Sequence[Plan], *, stored_steps: Mapping[uuid.UUID, Reason
         verdict = check_all([flow.trigger_summary, *summaries[pk], flow.outcome_summary])
         flow.patient_safe_summary = verdict.ok
         flow.summary_guard_rule = verdict.rule or ""
-    flows = [plan.flow for plan in plans]
-    for flow, snapshot in zip(flows, _snapshots(flows, facts, now), strict=True):
-        flow.dimensions_snapshot = snapshot
-
-
-def _snapshots(
-    flows: list[ReasoningFlow], facts: Mapping[uuid.UUID, list[StepFacts]], now: datetime
-) -> list[dict[str, Any]]:
     # The radar counts aborted siblings among stored flows: rows of this request are not
-    # stored yet, so the closing flows are passed as they will be.
-    radars = radars_of(flows, facts, now=now)
-    return [radars[flow.pk] for flow in flows]
+    # stored yet, so a closing flow never counts itself.
+    new = {plan.flow.pk for plan in plans if plan.new_flow}
+    radars = radars_of([plan.flow for plan in plans], facts, now=now, new=new)
+    for plan in plans:
+        plan.flow.dimensions_snapshot = radars[plan.flow.pk]
 
 
 # --- Writing -----------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ the library contributes nothing (sparse family, no hits).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,8 +30,9 @@ class LibraryFacts:
     demoted: bool = False
 
 
-# Given the flows, their facts by flow id (flows the library knows nothing about may be left out).
-LibraryFactsProvider = Callable[[Sequence[ReasoningFlow]], Mapping[uuid.UUID, LibraryFacts]]
+# Given the flows (and which of them are being created, so no pathway can name them yet),
+# their facts by flow id (flows the library knows nothing about may be left out).
+LibraryFactsProvider = Callable[[Sequence[ReasoningFlow], Collection[uuid.UUID]], Mapping[uuid.UUID, LibraryFacts]]
 _library_facts: LibraryFactsProvider | None = None
 
 
@@ -40,8 +41,10 @@ def register_library_facts(provider: LibraryFactsProvider | None) -> None:
     _library_facts = provider
 
 
-def library_facts_of(flows: Sequence[ReasoningFlow]) -> Mapping[uuid.UUID, LibraryFacts]:
-    return _library_facts(flows) if _library_facts and flows else {}
+def library_facts_of(
+    flows: Sequence[ReasoningFlow], new: Collection[uuid.UUID] = ()
+) -> Mapping[uuid.UUID, LibraryFacts]:
+    return _library_facts(flows, new) if _library_facts and flows else {}
 
 
 def verdicts_of(verdict_steps: Iterable[tuple[str, Any]]) -> dict[str, str]:
@@ -123,12 +126,17 @@ def inputs_of(
 
 
 def radars_of(
-    flows: Sequence[ReasoningFlow], steps: Mapping[uuid.UUID, Sequence[StepFacts]], *, now: datetime
+    flows: Sequence[ReasoningFlow],
+    steps: Mapping[uuid.UUID, Sequence[StepFacts]],
+    *,
+    now: datetime,
+    new: Collection[uuid.UUID] = (),
 ) -> dict[uuid.UUID, dict[str, dict[str, Any]]]:
-    """The radars of several flows whose steps the caller has (closing flows): two queries
-    whatever their number (aborted siblings, and the library's facts)."""
+    """The radars of several flows whose steps the caller has (closing flows): a few queries
+    whatever their number (aborted siblings, and the library's facts). ``new``: flows being
+    created in this transaction."""
     siblings = aborted_siblings_of(flows)
-    facts = library_facts_of(flows)
+    facts = library_facts_of(flows, new)
     return {
         flow.pk: radar(
             inputs_of(

@@ -166,7 +166,11 @@ def _record(
             where.pending_id = pending[key].id
 
     items, spans_of_item = _items(placed, openers, incoming, validated)
-    results, plans = ingest.write_in_transaction(items, actor=actor)
+    # What this transaction already found not stored: the flows the request's opening spans
+    # open and the steps its spans become (parents that are stored steps are looked up again,
+    # with their flows, by the write path).
+    absent = {span_uuid(*key) for key in incoming if key not in openers and key not in steps}
+    results, plans = ingest.write_in_transaction(items, actor=actor, absent=absent)
 
     accepted = 0
     rejected: list[SpanProblem] = []
