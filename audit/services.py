@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from audit.actions import Action
 from audit.canonical import canonical_bytes
+from core.bulk import bound_cursor
 
 Target = models.Model | tuple[str, object] | None
 
@@ -99,7 +100,7 @@ def record_many(events: Sequence[Event]) -> list[int]:
         ):
             column.append(value)
     # One round trip: the events, in order, and their places in the chainer's queue.
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(
             """
             WITH event AS (

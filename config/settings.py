@@ -6,6 +6,7 @@ naming the variable, at start-up.
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
@@ -15,6 +16,10 @@ from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from config.process import die_with_parent
+
+# Processes forked from here on (django-q2's cluster, gunicorn's workers) die with their parent.
+os.register_at_fork(after_in_child=die_with_parent)
 
 # ModelAdmin[...], ModelForm[...] and friends are subscriptable (typed admin classes).
 django_stubs_ext.monkeypatch()

@@ -83,16 +83,12 @@ def extract_pathway(flow_id: uuid.UUID, *, actor: str = EXTRACTOR_ACTOR) -> Path
     return pathway
 
 
-def extract_pathways(flow_ids: Sequence[uuid.UUID], *, actor: str = EXTRACTOR_ACTOR) -> None:
-    """``extract_pathway`` for several closed flows: the flows and their pathways are read
-    in two queries and every skip is audited in one statement; each qualifying flow (the
-    rare case) is extracted on its own."""
-    flows = list(ReasoningFlow.objects.filter(pk__in=flow_ids).order_by("pk"))
-    seeded = set(Pathway.objects.filter(seed_flow_id__in=flow_ids).values_list("seed_flow_id", flat=True))
+def extract_pathways(flows: Sequence[ReasoningFlow], *, actor: str = EXTRACTOR_ACTOR) -> None:
+    """``extract_pathway`` for several closed flows, as their close committed them: every skip
+    is audited in one statement without reading anything (a flow that does not qualify
+    cannot have seeded a pathway); each qualifying flow (the rare case) is extracted on its own."""
     skipped: list[Event] = []
     for flow in flows:
-        if flow.pk in seeded:
-            continue
         reason = disqualifier(flow)
         if reason is None:
             extract_pathway(flow.pk, actor=actor)
@@ -106,7 +102,12 @@ def extract_pathways(flow_ids: Sequence[uuid.UUID], *, actor: str = EXTRACTOR_AC
 def extract_after_close(sender: Any, *, flows: Sequence[ClosedFlow], **kwargs: Any) -> None:
     """``flows_closed`` receiver: runs after the close committed; never fails the close."""
     try:
-        extract_pathways([flow.flow_id for flow in flows])
+        loaded = {
+            flow.pk: flow for flow in ReasoningFlow.objects.filter(pk__in=[c.flow_id for c in flows if c.flow is None])
+        }
+        extract_pathways(
+            [c.flow if c.flow is not None else loaded[c.flow_id] for c in flows if c.flow or c.flow_id in loaded]
+        )
     except Exception:
         logger.exception("pathway extraction failed for flows %s", ", ".join(str(flow.flow_id) for flow in flows))
 

@@ -33,7 +33,7 @@ from django.utils.crypto import salted_hmac
 
 from audit.actions import Action
 from audit.services import Event, payload_float, record_many
-from core.bulk import insert_rows
+from core.bulk import bound_cursor, insert_rows
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
 from patients.models import Patient
 from reasoning import metrics
@@ -218,7 +218,7 @@ def write_in_transaction(
             opened=plan.new_flow,
             closed=plan.closing,
         )
-    closed = [ClosedFlow(plan.flow.pk, plan.flow.flow_state) for plan in plans if plan.closing]
+    closed = [ClosedFlow(plan.flow.pk, plan.flow.flow_state, plan.flow) for plan in plans if plan.closing]
     if closed:
         transaction.on_commit(lambda: announce(closed))
     return results, plans
@@ -509,7 +509,7 @@ def _insert(plans: Sequence[Plan], now: datetime) -> None:
 
 def _update_flows(flows: Sequence[ReasoningFlow]) -> None:
     """Step counts and close fields of stored flows, in one statement."""
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(
             """
             UPDATE reasoning_flow f SET

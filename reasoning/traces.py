@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from rest_framework.exceptions import ValidationError
 
 from core.api_views import flat_errors
 from core.serializers import validated
 from reasoning import ingest
-from reasoning.models import PendingSpan, ReasoningFlow, ReasoningStep
+from reasoning.models import PendingSpan, ReasoningFlow
 from reasoning.otlp import MappedSpan, SpanProblem
 from reasoning.serializers import FlowCloseSerializer, FlowCreateSerializer, StepCreateSerializer
 
@@ -157,8 +157,7 @@ def _record(
     # Where the spans' parents already are: flows they opened, steps they became.
     wanted_parents = {(span.trace_id, span.parent_span_id) for span in universe.values() if span.parent_span_id}
     wanted = wanted_parents | set(incoming)
-    openers = _stored_openers(wanted)
-    steps = _stored_steps(wanted)
+    openers, steps = _stored(wanted)
 
     placed = _place(universe, openers, steps)
     for key, where in placed.items():
@@ -256,21 +255,24 @@ def _place(
     return placed
 
 
-def _stored_openers(keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], uuid.UUID]:
-    """Flows already opened by these spans, found by their derived ids (one index lookup each)."""
+def _stored(
+    keys: Iterable[tuple[str, str]],
+) -> tuple[dict[tuple[str, str], uuid.UUID], dict[tuple[str, str], tuple[uuid.UUID, uuid.UUID]]]:
+    """The spans among ``keys`` already stored: as flows they opened (key → flow id) and as
+    steps (key → (flow id, step id)), found by their derived ids in one statement."""
     ids = {span_uuid(*key): key for key in keys}
     if not ids:
-        return {}
-    return {ids[pk]: pk for pk in ReasoningFlow.objects.filter(pk__in=ids).values_list("pk", flat=True)}
-
-
-def _stored_steps(keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[uuid.UUID, uuid.UUID]]:
-    """(flow id, step id) of spans already stored as steps, found by their derived ids."""
-    ids = {span_uuid(*key): key for key in keys}
-    if not ids:
-        return {}
-    rows = ReasoningStep.objects.filter(pk__in=ids).values_list("pk", "flow_id")
-    return {ids[pk]: (flow_id, pk) for pk, flow_id in rows}
+        return {}, {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, NULL FROM reasoning_flow WHERE id = ANY(%s) "
+            "UNION ALL SELECT id, flow_id FROM reasoning_step WHERE id = ANY(%s)",
+            [list(ids), list(ids)],
+        )
+        rows = cursor.fetchall()
+    openers = {ids[pk]: pk for pk, flow_id in rows if flow_id is None}
+    steps = {ids[pk]: (flow_id, pk) for pk, flow_id in rows if flow_id is not None}
+    return openers, steps
 
 
 def _items(

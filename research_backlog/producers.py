@@ -121,7 +121,10 @@ def produce_after_close(sender: Any, *, flows: Sequence[ClosedFlow], **kwargs: A
     logged, never raised into the close."""
     if not (settings.RESEARCH_AUTO_ENQUEUE_ENABLED or settings.CRITIC_AUTO_ENQUEUE_ENABLED):
         return
-    for flow in ReasoningFlow.objects.filter(pk__in=[closed.flow_id for closed in flows]).order_by("created_at"):
+    missing = [closed.flow_id for closed in flows if closed.flow is None]
+    loaded = list(ReasoningFlow.objects.filter(pk__in=missing)) if missing else []
+    given = [closed.flow for closed in flows if closed.flow is not None]
+    for flow in sorted([*given, *loaded], key=lambda flow: flow.created_at):
         try:
             produce(flow)
         except Exception:

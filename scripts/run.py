@@ -7,6 +7,9 @@ Used by ``make run``; ``make stop`` (``scripts/stop.py``) or Ctrl-C stops everyt
   reaches this supervisor alone, which stops every group as a whole: the worker's
   forked processes go with it, whenever the Ctrl-C comes (even while a child is still
   starting up and has not installed its own signal handlers).
+* Every process dies with the supervisor, even when it is killed outright (``kill -9``):
+  ``config.process`` asks the kernel for a parent-death signal in each child and in
+  every process the children fork.
 * A child that exits on its own is restarted after a back-off (1 s, doubling to 30 s,
   reset once it has stayed up for a minute), so one crash (a database restart, say)
   does not take the others down.
@@ -29,6 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from config.process import die_with_parent  # noqa: E402  (no Django: safe before any settings)
+
 BIN = Path(sys.executable).parent
 DEFAULT_STATE_FILE = Path(os.environ.get("RFT_DATA_DIR") or ROOT / ".data") / "run.json"
 
@@ -52,7 +58,8 @@ class Child:
     restarts: int = field(default=0)
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.command, cwd=ROOT, start_new_session=True)
+        # Its own session (a Ctrl-C reaches the supervisor alone); killed with the supervisor.
+        self.proc = subprocess.Popen(self.command, cwd=ROOT, start_new_session=True, preexec_fn=die_with_parent)
         self.started_at = time.monotonic()
         self.restart_at = None
 
@@ -65,6 +72,8 @@ def commands(port: str, workers: str) -> dict[str, list[str]]:
         "web": [
             str(BIN / "gunicorn"),
             "config.wsgi",
+            "--config",
+            "python:config.gunicorn",
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",

@@ -180,3 +180,15 @@ def test_stop_script_with_nothing_running_says_so(tmp_path: Path) -> None:
 
     assert stopped.returncode == 0
     assert "not running" in stopped.stdout
+
+
+def test_a_supervisor_killed_outright_takes_every_process_with_it(stack: Stack) -> None:
+    # A benchmark harness, the OOM killer or `kill -9`: the supervisor runs no shutdown code.
+    _wait_for(stack.serving, 60, "the stack to serve")
+    _wait_for(lambda: len(stack.processes()) >= 5, 30, "the worker's and the web server's processes")
+
+    stack.proc.send_signal(signal.SIGKILL)
+    stack.proc.wait(timeout=5)
+
+    _wait_for(lambda: not stack.processes(), 10, "every child and grandchild to die with the supervisor")
+    assert not stack.serving()

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow
-from reasoning.signals import ClosedFlow, flows_closed
+from reasoning.signals import flows_closed
 from tests.factories import add_step
 
 pytestmark = pytest.mark.django_db
@@ -221,7 +221,8 @@ def test_flow_closed_signal_is_sent_only_after_commit(
     for callback in callbacks:
         callback()
     assert len(calls) == 1
-    assert calls[0]["flows"] == [ClosedFlow(uuid.UUID(flow["id"]), "completed")]
+    assert [(c.flow_id, c.flow_state) for c in calls[0]["flows"]] == [(uuid.UUID(flow["id"]), "completed")]
+    assert calls[0]["flows"][0].flow.outcome_type == COMPLETE["outcome_type"]  # the flow as committed
 
 
 def test_flow_closed_signal_carries_aborted_state(
@@ -236,7 +237,9 @@ def test_flow_closed_signal_carries_aborted_state(
     with django_capture_on_commit_callbacks(execute=True):
         agent.patch(flow_url(flow["id"]), ABORT, format="json")
 
-    assert [c["flows"] for c in calls] == [[ClosedFlow(uuid.UUID(flow["id"]), "aborted")]]
+    assert [[(c.flow_id, c.flow_state) for c in call["flows"]] for call in calls] == [
+        [(uuid.UUID(flow["id"]), "aborted")]
+    ]
 
 
 def test_failed_close_sends_no_signal(

@@ -299,8 +299,8 @@ def test_close_hooks_run_once_for_all_the_flows_of_the_request(
     with django_capture_on_commit_callbacks(execute=True):
         ingest(agent, *items)
 
-    assert closed_signals == [
-        [ClosedFlow(uuid.UUID(items[0]["id"]), "completed"), ClosedFlow(uuid.UUID(items[1]["id"]), "completed")]
+    assert [[(c.flow_id, c.flow_state) for c in call] for call in closed_signals] == [
+        [(uuid.UUID(items[0]["id"]), "completed"), (uuid.UUID(items[1]["id"]), "completed")]
     ]
 
 
