@@ -3,10 +3,11 @@
 Used by ``make run``; ``make stop`` (``scripts/stop.py``) or Ctrl-C stops everything.
 
 * The web server is gunicorn on 127.0.0.1:$PORT (default 8000).
-* Each child runs in its own session (process group). A Ctrl-C in the terminal then
-  reaches this supervisor alone, which stops every group as a whole: the worker's
-  forked processes go with it, whenever the Ctrl-C comes (even while a child is still
-  starting up and has not installed its own signal handlers).
+* The job worker and the audit chainer run in their own sessions (process groups). A
+  Ctrl-C in the terminal then reaches this supervisor, which stops every group as a
+  whole: the worker's forked processes go with it, whenever the Ctrl-C comes (even while
+  a child is still starting up and has not installed its own signal handlers). The web
+  server stays in the supervisor's group, so killing that group frees the port at once.
 * Every process dies with the supervisor, even when it is killed outright (``kill -9``):
   ``config.process`` asks the kernel for a parent-death signal in each child and in
   every process the children fork.
@@ -56,10 +57,17 @@ class Child:
     backoff_s: float = BACKOFF_FIRST_S
     restart_at: float | None = None
     restarts: int = field(default=0)
+    # Its own session: a Ctrl-C reaches the supervisor alone, which stops the child's group as a
+    # whole. The web server stays in the supervisor's group instead, so that whoever kills that
+    # group (a harness, `kill -9 -PGID`) frees the port at once, not when the parent-death
+    # signal has travelled down; gunicorn stops its workers itself, whatever signal it gets.
+    own_session: bool = True
 
     def start(self) -> None:
-        # Its own session (a Ctrl-C reaches the supervisor alone); killed with the supervisor.
-        self.proc = subprocess.Popen(self.command, cwd=ROOT, start_new_session=True, preexec_fn=die_with_parent)
+        # Killed with the supervisor, even by SIGKILL (config.process).
+        self.proc = subprocess.Popen(
+            self.command, cwd=ROOT, start_new_session=self.own_session, preexec_fn=die_with_parent
+        )
         self.started_at = time.monotonic()
         self.restart_at = None
 
@@ -86,10 +94,15 @@ def commands(port: str, workers: str) -> dict[str, list[str]]:
     }
 
 
-def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
-    # The child leads its own process group (start_new_session): signal all of it.
+def signal_group(child: Child, signum: int) -> None:
+    """The child's process group when it leads one (its own session), else the child."""
+    if child.proc is None:
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signum)
+        if child.own_session:
+            os.killpg(child.proc.pid, signum)
+        else:
+            child.proc.send_signal(signum)
 
 
 def stop_all(children: list[Child]) -> None:
@@ -100,19 +113,23 @@ def stop_all(children: list[Child]) -> None:
     What remains in a group once its leader is gone (forks of a child that died while
     starting up) is an orphan, so it is killed.
     """
-    running = [c.proc for c in children if c.proc is not None]
-    for proc in running:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+    running = [c for c in children if c.proc is not None]
+    for child in running:
+        assert child.proc is not None
+        if child.proc.poll() is None:
+            child.proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
-    for proc in running:
+    for child in running:
+        assert child.proc is not None
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-    for proc in running:
-        _wait_for_group(proc.pid, ORPHAN_GRACE_S)
-        signal_group(proc, signal.SIGKILL)
+            child.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+    for child in running:
+        assert child.proc is not None
+        if child.own_session:
+            _wait_for_group(child.proc.pid, ORPHAN_GRACE_S)
+        signal_group(child, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
+            child.proc.wait(timeout=5)
 
 
 def _wait_for_group(pgid: int, timeout: float) -> None:
@@ -127,7 +144,10 @@ def _wait_for_group(pgid: int, timeout: float) -> None:
 
 def write_state(state_file: Path, children: list[Child]) -> None:
     state_file.parent.mkdir(parents=True, exist_ok=True)
-    state = {"supervisor": os.getpid(), "groups": {c.name: c.proc.pid for c in children if c.proc is not None}}
+    # The groups make stop.py's clean-up of orphans possible; the web server has none of its
+    # own (it is in the supervisor's group, and dies with it).
+    groups = {c.name: c.proc.pid for c in children if c.proc is not None and c.own_session}
+    state = {"supervisor": os.getpid(), "groups": groups}
     tmp = state_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(state))
     tmp.replace(state_file)
@@ -185,7 +205,7 @@ def main() -> int:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, request_stop)
 
-    children = [Child(name, command) for name, command in commands(port, workers).items()]
+    children = [Child(name, command, own_session=name != "web") for name, command in commands(port, workers).items()]
     try:
         for child in children:
             if stopping:
