@@ -48,8 +48,24 @@ def _has_transfer_coding(environ: dict[str, object]) -> bool:
     return coding not in ("", "identity")
 
 
-def _too_large() -> HttpResponse:
-    return JsonResponse({"detail": "Request body is too large."}, status=413)
+def _too_large(request: HttpRequest | None = None) -> HttpResponse:
+    return _refusal(request, 413, "Request body is too large.")
+
+
+# OTLP/HTTP answers errors with a google.rpc.Status in the request's encoding.
+_OTLP_PATH = "/v1/traces"
+_RPC_CODES = {400: 3, 411: 3, 413: 3, 415: 3}
+
+
+def _refusal(request: HttpRequest | None, status: int, message: str) -> HttpResponse:
+    if request is None or request.path != _OTLP_PATH:
+        return JsonResponse({"detail": message}, status=status)
+    from google.rpc.status_pb2 import Status
+
+    answer = Status(code=_RPC_CODES.get(status, 2), message=message)
+    if request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower() == "application/x-protobuf":
+        return HttpResponse(answer.SerializeToString(), status=status, content_type="application/x-protobuf")
+    return JsonResponse({"code": answer.code, "message": message}, status=status)
 
 
 def _read_bulk_body(request: WSGIRequest) -> HttpResponse | None:
@@ -59,9 +75,7 @@ def _read_bulk_body(request: WSGIRequest) -> HttpResponse | None:
     limit = settings.INGEST_MAX_BYTES
     encoding = request.META.get("HTTP_CONTENT_ENCODING", "").strip().lower()
     if encoding not in ("", "identity", "gzip"):
-        return JsonResponse(
-            {"detail": f"Unsupported Content-Encoding {encoding!r}: send gzip or no encoding."}, status=415
-        )
+        return _refusal(request, 415, f"Unsupported Content-Encoding {encoding!r}: send gzip or no encoding.")
     if _has_transfer_coding(request.environ):
         refusal = _read_whole_body(request, limit)
         if refusal is not None:
@@ -69,20 +83,20 @@ def _read_bulk_body(request: WSGIRequest) -> HttpResponse | None:
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
-        return JsonResponse({"detail": "Invalid Content-Length."}, status=400)
+        return _refusal(request, 400, "Invalid Content-Length.")
     if length > limit:
-        return _too_large()
+        return _too_large(request)
     body = request.read(length) if length else b""
     if encoding == "gzip":
         inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
         try:
             body = inflater.decompress(body, limit + 1)
         except zlib.error:
-            return JsonResponse({"detail": "Content-Encoding is gzip but the body is not valid gzip."}, status=400)
+            return _refusal(request, 400, "Content-Encoding is gzip but the body is not valid gzip.")
         if len(body) > limit or inflater.unconsumed_tail:
-            return _too_large()
+            return _too_large(request)
         if not inflater.eof:
-            return JsonResponse({"detail": "The gzip body is truncated."}, status=400)
+            return _refusal(request, 400, "The gzip body is truncated.")
         del request.META["HTTP_CONTENT_ENCODING"]
     request.META["CONTENT_LENGTH"] = str(len(body))
     # HttpRequest.body returns this without Django's DATA_UPLOAD_MAX_MEMORY_SIZE check.
@@ -94,14 +108,11 @@ def _read_bulk_body(request: WSGIRequest) -> HttpResponse | None:
 def _read_whole_body(request: WSGIRequest, limit: int | None) -> HttpResponse | None:
     environ = request.environ
     if not environ.get("wsgi.input_terminated"):
-        return JsonResponse(
-            {"detail": "Chunked request bodies are not supported by this server; send Content-Length."},
-            status=411,
-        )
+        return _refusal(request, 411, "Chunked request bodies are not supported by this server; send Content-Length.")
     stream = environ["wsgi.input"]
     body = stream.read() if limit is None else stream.read(limit + 1)
     if limit is not None and len(body) > limit:
-        return _too_large()
+        return _too_large(request)
     # From here on the request looks like one that came with Content-Length: Django's own
     # size checks, form parsing and DRF's parsers all read these two.
     request.META["CONTENT_LENGTH"] = str(len(body))

@@ -349,12 +349,28 @@ class FlowCountsSerializer(serializers.Serializer[Any]):
     aborted = serializers.IntegerField()
 
 
+class AgentTokensSerializer(serializers.Serializer[Any]):
+    agent = serializers.CharField()
+    steps = serializers.IntegerField(help_text="Steps that reported model usage.")
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    reasoning_tokens = serializers.IntegerField()
+
+
+class TokenStatsSerializer(serializers.Serializer[Any]):
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    reasoning_tokens = serializers.IntegerField()
+    by_agent = AgentTokensSerializer(many=True, help_text="The 20 agents that used the most tokens, most first.")
+
+
 class ReasoningStatsSerializer(serializers.Serializer[Any]):
     """``reasoning.stats.ReasoningStats``: counts only, never text."""
 
     flows = FlowCountsSerializer(help_text="Flows by state.")
     steps = serializers.IntegerField()
     reasoning_content = ReasoningContentStatsSerializer()
+    tokens = TokenStatsSerializer(help_text="Model usage (gen_ai.usage.*) in all, and by agent.")
 
 
 class StepBatchResponseSerializer(serializers.Serializer[Any]):

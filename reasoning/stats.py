@@ -18,10 +18,29 @@ class ReasoningContentStats(TypedDict):
     chars_p95: int | None
 
 
+class AgentTokens(TypedDict):
+    agent: str
+    steps: int
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+
+
+class TokenStats(TypedDict):
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    by_agent: list[AgentTokens]  # the agents that used the most tokens, most first
+
+
 class ReasoningStats(TypedDict):
     flows: dict[str, int]  # every flow state, zero included
     steps: int
     reasoning_content: ReasoningContentStats
+    tokens: TokenStats
+
+
+TOP_AGENTS = 20
 
 
 def reasoning_stats() -> ReasoningStats:
@@ -40,6 +59,21 @@ def reasoning_stats() -> ReasoningStats:
             """
         )
         steps, with_reasoning, purged, chars_sum, p50, p95 = cursor.fetchone() or (0, 0, 0, 0, None, None)
+        # Model usage by agent (steps that report it), the heaviest first.
+        cursor.execute(
+            """
+            SELECT agent, count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),
+                   coalesce(sum(reasoning_tokens), 0)
+            FROM reasoning_step
+            WHERE input_tokens IS NOT NULL OR output_tokens IS NOT NULL OR reasoning_tokens IS NOT NULL
+            GROUP BY agent
+            ORDER BY coalesce(sum(input_tokens), 0) + coalesce(sum(output_tokens), 0) DESC, agent
+            """
+        )
+        by_agent: list[AgentTokens] = [
+            {"agent": agent, "steps": n, "input_tokens": i, "output_tokens": o, "reasoning_tokens": r}
+            for agent, n, i, o, r in cursor.fetchall()
+        ]
     return {
         "flows": {state: by_state.get(state, 0) for state in ReasoningFlow.State.values},
         "steps": steps,
@@ -49,5 +83,11 @@ def reasoning_stats() -> ReasoningStats:
             "chars_sum": chars_sum,
             "chars_p50": p50,
             "chars_p95": p95,
+        },
+        "tokens": {
+            "input_tokens": sum(row["input_tokens"] for row in by_agent),
+            "output_tokens": sum(row["output_tokens"] for row in by_agent),
+            "reasoning_tokens": sum(row["reasoning_tokens"] for row in by_agent),
+            "by_agent": by_agent[:TOP_AGENTS],
         },
     }

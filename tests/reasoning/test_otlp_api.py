@@ -557,3 +557,19 @@ def test_the_opentelemetry_sdk_exporter_records_an_agent_turn(
     assert MARKER not in json.dumps(model_call.inputs) and MARKER in (model_call.inputs_pii or "")
     assert [(s.kind, s.summary_text) for s in steps_in_order(researcher)] == [("retrieval", "Read the guideline")]
     assert not PendingSpan.objects.exists()
+
+
+def test_a_body_over_the_limit_is_413_as_a_google_rpc_status(agent: APIClient, settings: Settings) -> None:
+    settings.INGEST_MAX_BYTES = 2048
+    big = otlp.protobuf_body(otlp.request(*[chat(span_id=f"{n:016x}") for n in range(1, 40)], agent_root()))
+    assert len(big) > 2048
+
+    response = agent.post(URL, big, content_type="application/x-protobuf")
+    bomb = agent.post(
+        URL, gzip.compress(b"\0" * 100_000), content_type="application/x-protobuf", headers={"Content-Encoding": "gzip"}
+    )
+
+    assert response.status_code == 413 and response["Content-Type"] == "application/x-protobuf"
+    assert status_of(response).message == "Request body is too large."
+    assert bomb.status_code == 413 and status_of(bomb).code == 3
+    assert not ReasoningFlow.objects.exists()
