@@ -17,9 +17,9 @@ Decoding
     field *numbers* are kept and ignored: that is how the protocol adds fields.
   * ``application/json``: the OTLP JSON encoding: lowerCamelCase keys (proto names are
     accepted too), ``traceId``/``spanId``/``parentSpanId`` (and link ids) as hex strings,
-    enums as integers (names are accepted too). Unknown fields are refused, so that JSON
-    which is not OTLP is an error rather than an empty export. (The OTLP spec asks receivers
-    to ignore unknown JSON fields; this receiver refuses them on purpose.)
+    enums as integers (names are accepted too). Unknown fields inside ``resourceSpans`` are
+    ignored, as the OTLP spec asks (newer SDKs add fields); a top level with any field but
+    ``resourceSpans`` is refused, so JSON that is not OTLP is an error, not an empty export.
   * A ``Content-Type`` parameter such as ``; charset=utf-8`` is ignored; another media type
     is an :class:`UnsupportedContentType` (an ``OtlpBodyError``; the view may answer 415).
 
@@ -237,6 +237,7 @@ _NOT_LABEL_START = re.compile(r"^[^A-Za-z0-9]+")
 _NOT_ABORT_REASON = re.compile(r"[^a-z0-9_.:-]+")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _PARSE_ERROR_FIELD = re.compile(r"Failed to parse (\w+) field: ")
+_JSON_TOP_LEVEL = frozenset({"resourceSpans", "resource_spans"})
 _JSON_ID_FIELDS = ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id")
 
 # reasoning.* attributes and the OTLP value types each may have.
@@ -346,10 +347,17 @@ def _decode_json(body: bytes) -> ExportTraceServiceRequest:
         raise OtlpBodyError("not valid JSON: nested too deeply") from None
     if not isinstance(document, dict):
         raise OtlpBodyError(f"OTLP JSON must be an object, got {type(document).__name__}")
+    # The spec asks receivers to ignore unknown fields (newer SDKs add some), but a top
+    # level with anything besides resourceSpans is not a traces export at all.
+    strangers = sorted(set(document) - _JSON_TOP_LEVEL)
+    if strangers:
+        raise OtlpBodyError(
+            f"not an OTLP traces request: the top level has no field named {strangers[0]!r} (expected resourceSpans)"
+        )
     _hex_ids_to_base64(document)
     request = ExportTraceServiceRequest()
     try:
-        json_format.ParseDict(document, request, ignore_unknown_fields=False)
+        json_format.ParseDict(document, request, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         raise OtlpBodyError(f"not an OTLP traces request: {_parse_error_detail(exc)}") from None
     except RecursionError:

@@ -264,7 +264,8 @@ def test_another_otlp_message_is_a_body_error(body: bytes, message: str) -> None
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (b'{"foo": 1}', 'has no field named "foo"'),
+        (b'{"foo": 1}', "the top level has no field named 'foo'"),
+        (b'{"resourceSpans": [], "metrics": []}', "the top level has no field named 'metrics'"),
         (b"[]", "OTLP JSON must be an object, got list"),
         (b'[{"resourceSpans": []}]', "OTLP JSON must be an object, got list"),
         (b'"resourceSpans"', "OTLP JSON must be an object, got str"),
@@ -272,7 +273,6 @@ def test_another_otlp_message_is_a_body_error(body: bytes, message: str) -> None
         (b"", "not valid JSON"),
         (b"\xff\xfe{}", "not valid JSON"),
         (b'{"resourceSpans": 5}', "repeated field resourceSpans must be in"),
-        (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"nmae": "typo"}]}]}]}', 'has no field named "nmae"'),
         (
             b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"startTimeUnixNano": "soon"}]}]}]}',
             "resourceSpans.scopeSpans.spans.startTimeUnixNano: invalid literal",
@@ -293,6 +293,16 @@ def test_json_that_is_not_otlp_is_a_body_error(body: bytes, message: str) -> Non
         ("parentSpanId", "abc"),  # odd length
     ],
 )
+def test_unknown_fields_inside_resource_spans_are_ignored_as_the_spec_asks() -> None:
+    document = json.loads(json_body(request(child())))
+    document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["fieldFromANewerSdk"] = {"x": 1}
+    document["resourceSpans"][0]["newResourceThing"] = 7
+
+    decoded = decode_request(json.dumps(document).encode(), JSON)
+
+    assert decoded == decode_request(json_body(request(child())), JSON)
+
+
 def test_json_ids_must_be_hex(field: str, value: str) -> None:
     document = json.loads(json_body(request(child())))
     document["resourceSpans"][0]["scopeSpans"][0]["spans"][0][field] = value
