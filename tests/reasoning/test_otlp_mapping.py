@@ -285,14 +285,6 @@ def test_json_that_is_not_otlp_is_a_body_error(body: bytes, message: str) -> Non
         decode_request(body, JSON)
 
 
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [
-        ("traceId", "W47/95gDgQPSabYzgT/GDA=="),  # the trace id in base64: protobuf's JSON, not OTLP's
-        ("spanId", "not-hex!"),
-        ("parentSpanId", "abc"),  # odd length
-    ],
-)
 def test_unknown_fields_inside_resource_spans_are_ignored_as_the_spec_asks() -> None:
     document = json.loads(json_body(request(child())))
     document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["fieldFromANewerSdk"] = {"x": 1}
@@ -303,6 +295,14 @@ def test_unknown_fields_inside_resource_spans_are_ignored_as_the_spec_asks() -> 
     assert decoded == decode_request(json_body(request(child())), JSON)
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("traceId", "W47/95gDgQPSabYzgT/GDA=="),  # the trace id in base64: protobuf's JSON, not OTLP's
+        ("spanId", "not-hex!"),
+        ("parentSpanId", "abc"),  # odd length
+    ],
+)
 def test_json_ids_must_be_hex(field: str, value: str) -> None:
     document = json.loads(json_body(request(child())))
     document["resourceSpans"][0]["scopeSpans"][0]["spans"][0][field] = value
