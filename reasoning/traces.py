@@ -138,7 +138,6 @@ class _Placed:
     span: MappedSpan
     flow_id: uuid.UUID
     parent_step_id: uuid.UUID | None
-    pending_id: int | None = None  # the pending row it came from
 
 
 @transaction.atomic(durable=True)
@@ -160,9 +159,6 @@ def _record(
     openers, steps = _stored(wanted)
 
     placed = _place(universe, openers, steps)
-    for key, where in placed.items():
-        if key in pending:
-            where.pending_id = pending[key].id
 
     items, spans_of_item = _items(placed, openers, incoming, validated)
     # What this transaction already found not stored: the flows the request's opening spans
