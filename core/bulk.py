@@ -1,21 +1,32 @@
-"""Multi-row inserts whose SQL does not depend on the number of rows.
+"""Multi-row inserts and keyed reads whose SQL does not depend on the number of rows.
 
 ``bulk_create`` writes ``INSERT … VALUES (…), (…), …`` with one placeholder per value: a new
 statement text for every batch size, which the driver parses again each time (a 60-step
-ingest request is 2,000 placeholders). ``insert_rows`` sends one array per column instead,
-``INSERT … SELECT … FROM unnest(%s::type[], …)``: a fixed statement of a few dozen
-parameters, whatever the number of rows. Values are prepared by the model fields
+ingest request is 2,000 placeholders). ``insert_rows`` sends the rows as one JSON array
+instead, ``INSERT … SELECT … FROM json_populate_recordset(NULL::table, %s)``: a fixed
+statement of one parameter, whatever the number of rows, which Postgres parses into the
+table's own column types (one ``json.dumps`` in C costs less than dumping an array per
+column in Python). Values are prepared by the model fields
 (``get_db_prep_save``: encryption of encrypted fields included), so what is stored is what
 ``save()`` would store.
+
+``fetch`` is the read side for the write path's hot lookups (rows by primary key, locked
+or not): a statement built once per model, rows turned into instances as the ORM turns
+them (each field's ``from_db_value``: decryption included). Compiling the equivalent
+queryset costs more CPU than the round trip it makes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import math
+import uuid
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import date, datetime, time
+from decimal import Decimal
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from django.contrib.postgres.fields import ArrayField
@@ -26,29 +37,86 @@ from django.db.backends.utils import CursorWrapper
 @cache
 def _statement(model: type[models.Model]) -> tuple[str, tuple[models.Field[Any, Any], ...]]:
     fields = tuple(field for field in model._meta.concrete_fields if not field.generated)
-    columns, arrays, selected = [], [], []
-    for field in fields:
-        column = connection.ops.quote_name(field.column)
-        columns.append(column)
-        db_type = field.db_type(connection)
-        if isinstance(field, ArrayField):
-            # An array per row cannot be a row of an unnested 2-D array: send each as the text
-            # of an array literal, cast back per row.
-            arrays.append("%s::text[]")
-            selected.append(f"v.{column}::{db_type}")
-        elif isinstance(field, models.JSONField):
-            arrays.append("%s::text[]")
-            selected.append(f"v.{column}::jsonb")
-        else:
-            arrays.append(f"%s::{db_type}[]")
-            selected.append(f"v.{column}")
+    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
     table = connection.ops.quote_name(model._meta.db_table)
     # Identifiers from the model's metadata (quoted), never from input: no injection path.
     sql = (
-        f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(selected)} "  # noqa: S608
-        f"FROM unnest({', '.join(arrays)}) AS v({', '.join(columns)})"
+        f"INSERT INTO {table} ({columns}) SELECT {columns} "  # noqa: S608
+        f"FROM json_populate_recordset(NULL::{table}, %s::json)"
     )
     return sql, fields
+
+
+# Field classes (exactly these, not subclasses such as the encrypted fields) whose database
+# value is the Python value itself when it has the type named here (or is None).
+_PLAIN_FIELDS: dict[type[models.Field[Any, Any]], type] = {
+    models.CharField: str,
+    models.TextField: str,
+    models.IntegerField: int,
+    models.PositiveIntegerField: int,
+    models.BigIntegerField: int,
+    models.BooleanField: bool,
+}
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, uuid.UUID | Decimal):
+        return str(value)
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    raise TypeError(f"no JSON form for a {type(value).__name__} column value")
+
+
+def _float(value: Any) -> Any:
+    # JSON has no NaN or infinity; float8 reads them from their text.
+    return value if value is None or math.isfinite(value) else repr(value).replace("inf", "Infinity")
+
+
+@cache
+def _select(model: type[models.Model], column: str) -> tuple[str, tuple[str, ...], tuple[Any, ...]]:
+    fields = tuple(field for field in model._meta.concrete_fields)
+    table = connection.ops.quote_name(model._meta.db_table)
+    selected = ", ".join(f"{table}.{connection.ops.quote_name(field.column)}" for field in fields)
+    key = next(field for field in fields if field.name == column)
+    db_type = key.db_type(connection)
+    # Identifiers from the model's metadata (quoted), never from input: no injection path.
+    sql = (
+        f"SELECT {selected} FROM {table} "  # noqa: S608
+        f"WHERE {table}.{connection.ops.quote_name(key.column)} = ANY(%s::{db_type}[]) "
+        f"ORDER BY {table}.{connection.ops.quote_name(model._meta.pk.column)}"
+    )
+    # Each field's from_db_value (Field.get_db_converters, unstubbed), as the compiler applies it.
+    converters = tuple(
+        (index, field, funcs)
+        for index, field in enumerate(fields)
+        if (funcs := tuple(field.get_db_converters(connection)))  # type: ignore[attr-defined]
+    )
+    return sql, tuple(field.attname for field in fields), converters
+
+
+M = TypeVar("M", bound=models.Model)
+
+
+def fetch(model: type[M], keys: Collection[Any], *, column: str = "pk", for_update: bool = False) -> list[M]:
+    """Instances of ``model`` whose ``column`` (default: the primary key) is one of ``keys``,
+    in primary-key order; ``for_update`` locks them (``SELECT … FOR UPDATE``), so two
+    writers that lock overlapping sets wait for each other instead of deadlocking."""
+    if not keys:
+        return []
+    sql, names, converters = _select(model, model._meta.pk.name if column == "pk" else column)
+    if for_update:
+        sql += " FOR UPDATE"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [list(keys)])
+        rows = cursor.fetchall()
+    objs = []
+    for row in rows:
+        values = list(row)
+        for index, field, funcs in converters:
+            for func in funcs:
+                values[index] = func(values[index], field, connection)
+        objs.append(model.from_db(connection.alias, names, values))
+    return objs
 
 
 def insert_rows(objs: Sequence[models.Model]) -> None:
@@ -57,17 +125,27 @@ def insert_rows(objs: Sequence[models.Model]) -> None:
         return
     model = type(objs[0])
     sql, fields = _statement(model)
-    columns: list[list[Any]] = []
+    rows: list[dict[str, Any]] = [{} for _ in objs]
     for field in fields:
-        values = [field.pre_save(obj, add=True) for obj in objs]
-        if isinstance(field, ArrayField):
-            columns.append([None if value is None else array_literal(value) for value in values])
-        elif isinstance(field, models.JSONField):
-            columns.append([None if value is None else json.dumps(value, cls=field.encoder) for value in values])
+        column = field.column
+        if isinstance(field, ArrayField | models.JSONField):
+            # The document (or the list) itself: the row's JSON carries it to the column.
+            for row, obj in zip(rows, objs, strict=True):
+                row[column] = field.pre_save(obj, add=True)
+        elif isinstance(field, models.FloatField):
+            for row, obj in zip(rows, objs, strict=True):
+                row[column] = _float(field.pre_save(obj, add=True))
+        elif plain := _PLAIN_FIELDS.get(type(field)):
+            # What get_db_prep_save would return for these, without its chain of calls.
+            for row, obj in zip(rows, objs, strict=True):
+                value = field.pre_save(obj, add=True)
+                plain_value = value is None or type(value) is plain
+                row[column] = value if plain_value else field.get_db_prep_save(value, connection)
         else:
-            columns.append([field.get_db_prep_save(value, connection) for value in values])
+            for row, obj in zip(rows, objs, strict=True):
+                row[column] = field.get_db_prep_save(field.pre_save(obj, add=True), connection)
     with bound_cursor() as cursor:
-        cursor.execute(sql, columns)
+        cursor.execute(sql, [json.dumps(rows, default=_json_default, allow_nan=False)])
 
 
 @contextmanager

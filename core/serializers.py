@@ -17,6 +17,7 @@ from django.utils.deconstruct import deconstructible
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.settings import api_settings
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from core.labels import label_validator
 
@@ -24,6 +25,8 @@ from core.labels import label_validator
 # operator or patient reads: controls (Cc), format characters (Cf: zero-width, bidi controls,
 # soft hyphen, BOM, tags), line and paragraph separators (Zl, Zp), surrogates and private use.
 FORBIDDEN_TEXT_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co"})
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ASCII_CONTROL_MULTILINE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 @deconstructible
@@ -43,6 +46,10 @@ class PlainTextValidator:
         self.allowed = frozenset("\t\n\r") if multiline else frozenset()
 
     def __call__(self, value: str) -> None:
+        if value.isascii():  # the only ASCII characters of those categories are Cc: C0 and DEL
+            if (_ASCII_CONTROL_MULTILINE if self.multiline else _ASCII_CONTROL).search(value):
+                raise ValidationError(self.message, code="invalid")
+            return
         for char in value:
             if char not in self.allowed and unicodedata.category(char) in FORBIDDEN_TEXT_CATEGORIES:
                 raise ValidationError(self.message, code="invalid")
@@ -117,8 +124,22 @@ def label_field(*, max_length: int = 100, **kwargs: Any) -> serializers.CharFiel
     return StrictCharField(max_length=max_length, validators=[label_validator], **kwargs)
 
 
+class _SurrogateValidator(ProhibitSurrogateCharactersValidator):
+    """DRF's check and message, with a regex instead of a Python loop over the characters."""
+
+    def __call__(self, value: Any) -> None:
+        if match := _SURROGATE.search(str(value)):
+            raise serializers.ValidationError(self.message.format(code_point=ord(match.group())), code=self.code)
+
+
 class StrictCharField(serializers.CharField):
     """A string, and only a string: DRF would quietly turn 123 into "123"."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.validators = [
+            _SurrogateValidator() if isinstance(v, ProhibitSurrogateCharactersValidator) else v for v in self.validators
+        ]
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):

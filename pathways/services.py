@@ -13,7 +13,8 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from audit.actions import Action
-from audit.services import Event, record, record_many
+from audit.services import Event, record
+from core.bulk import fetch
 from core.errors import Conflict, NotFound
 from pathways.matcher import Candidate, active_client, check_query, match
 from pathways.models import Pathway
@@ -83,28 +84,29 @@ def extract_pathway(flow_id: uuid.UUID, *, actor: str = EXTRACTOR_ACTOR) -> Path
     return pathway
 
 
+def skip_events(flows: Sequence[ReasoningFlow]) -> list[Event]:
+    """``reasoning.pathway.skipped`` for each of the closing flows that cannot seed a pathway
+    (``register_close_events`` provider: recorded in the closing transaction). A flow that
+    does not qualify cannot have seeded a pathway, so nothing needs reading."""
+    return [
+        Event(Action.PATHWAY_SKIPPED, EXTRACTOR_ACTOR, flow, {"disqualifier": reason})
+        for flow in flows
+        if (reason := disqualifier(flow)) is not None
+    ]
+
+
 def extract_pathways(flows: Sequence[ReasoningFlow], *, actor: str = EXTRACTOR_ACTOR) -> None:
-    """``extract_pathway`` for several closed flows, as their close committed them: every skip
-    is audited in one statement without reading anything (a flow that does not qualify
-    cannot have seeded a pathway); each qualifying flow (the rare case) is extracted on its own."""
-    skipped: list[Event] = []
+    """``extract_pathway`` for each closed flow that qualifies (the rare case; the close
+    audited the skips of the others, see ``skip_events``)."""
     for flow in flows:
-        reason = disqualifier(flow)
-        if reason is None:
+        if disqualifier(flow) is None:
             extract_pathway(flow.pk, actor=actor)
-        else:
-            skipped.append(Event(Action.PATHWAY_SKIPPED, actor, flow, {"disqualifier": reason}))
-    if skipped:
-        with transaction.atomic():
-            record_many(skipped)
 
 
 def extract_after_close(sender: Any, *, flows: Sequence[ClosedFlow], **kwargs: Any) -> None:
     """``flows_closed`` receiver: runs after the close committed; never fails the close."""
     try:
-        loaded = {
-            flow.pk: flow for flow in ReasoningFlow.objects.filter(pk__in=[c.flow_id for c in flows if c.flow is None])
-        }
+        loaded = {flow.pk: flow for flow in fetch(ReasoningFlow, [c.flow_id for c in flows if c.flow is None])}
         extract_pathways(
             [c.flow if c.flow is not None else loaded[c.flow_id] for c in flows if c.flow or c.flow_id in loaded]
         )

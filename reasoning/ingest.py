@@ -33,13 +33,13 @@ from django.utils.crypto import salted_hmac
 
 from audit.actions import Action
 from audit.services import Event, payload_float, record_many
-from core.bulk import bound_cursor, insert_rows
+from core.bulk import bound_cursor, fetch, insert_rows
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
 from patients.models import Patient
 from reasoning import metrics
 from reasoning.models import ReasoningFlow, ReasoningStep
 from reasoning.radar import StepFacts, radars_of
-from reasoning.signals import ClosedFlow, flows_closed
+from reasoning.signals import ClosedFlow, close_events_of, flows_closed
 from reasoning.summary_guard import check_all
 
 logger = logging.getLogger(__name__)
@@ -173,11 +173,7 @@ def write_in_transaction(
     named = {item.flow_id for item in items if item.flow_id is not None} - set(absent)
     # Locks the stored flows this request touches, in id order (no deadlock between two
     # requests): a concurrent step write or close waits for this one, then sees its steps.
-    stored_flows = (
-        {flow.pk: flow for flow in ReasoningFlow.objects.filter(pk__in=named).order_by("pk").select_for_update()}
-        if named
-        else {}
-    )
+    stored_flows = {flow.pk: flow for flow in fetch(ReasoningFlow, named, for_update=True)}
     stored_steps = _stored_steps(prepared, absent)
     known_patients = _known_patients(items, stored_flows)
 
@@ -203,7 +199,8 @@ def write_in_transaction(
         results.append(Result("created"))  # filled in below
     _close_all([plan for plan in plans if plan.closing], stored_steps=stored_steps, now=now)
     _insert(plans, now)
-    record_many(list(_events(plans, actor)))
+    closing = [plan.flow for plan in plans if plan.closing]
+    record_many([*_events(plans, actor), *close_events_of(closing)])
 
     accepted = iter(plans)
     for index, result in enumerate(results):

@@ -445,6 +445,7 @@ _LABELED_NAME = _rx(
 
 # Characters that make a summary more than one line of plain text (see control_chars).
 _CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Minus signs that are not in the dash category (Pd) but read as "-".
 _MINUS_SIGNS = frozenset("\u02d7\u2043\u2212\u2796")
 # Slashes NFKC leaves alone (fraction and division slash).
@@ -470,6 +471,8 @@ def _fold_char(char: str) -> str:
 
 
 def _fold(text: str) -> str:
+    if text.isascii():  # NFKC and _fold_char leave ASCII as it is
+        return text
     return "".join(map(_fold_char, unicodedata.normalize("NFKC", text)))
 
 
@@ -519,6 +522,8 @@ def _too_long(raw: str, folded: str) -> bool:
 
 
 def _has_control_char(raw: str, folded: str) -> bool:
+    if raw.isascii():  # the only ASCII characters of those categories are Cc: C0 and DEL
+        return _ASCII_CONTROL.search(raw) is not None
     return any(unicodedata.category(char) in _CONTROL_CATEGORIES for char in raw)
 
 
@@ -542,12 +547,18 @@ def _has_opaque_id(raw: str, folded: str) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=16)
+def _facts(folded: str) -> tuple[bool, str | None]:
+    """What every ``_matches`` rule asks of a view, once per view rather than once per rule:
+    whether it has a digit, and its lower-case form when it is ASCII."""
+    return _ANY_DIGIT.search(folded) is not None, folded.lower() if folded.isascii() else None
+
+
 def _matches(pattern: re.Pattern[str]) -> Callable[[str, str], bool]:
     prefilters = _PREFILTERS[pattern]
 
     def rule(raw: str, folded: str) -> bool:
-        has_digit = _ANY_DIGIT.search(folded) is not None
-        lowered = folded.lower() if folded.isascii() else None
+        has_digit, lowered = _facts(folded)
         return any(
             prefilter.may_match(folded, lowered, has_digit) and prefilter.regex.search(folded) is not None
             for prefilter in prefilters

@@ -33,6 +33,7 @@ from django.db import IntegrityError, connection, transaction
 from rest_framework.exceptions import ValidationError
 
 from core.api_views import flat_errors
+from core.bulk import fetch
 from core.serializers import validated
 from reasoning import ingest
 from reasoning.models import PendingSpan, ReasoningFlow
@@ -146,8 +147,7 @@ def _record(
 ) -> tuple[list[ingest.Result], list[ingest.Plan], int, int, list[SpanProblem]]:
     traces = sorted({span.trace_id for span in spans})
     pending = {
-        (row.trace_id, row.span_id): row
-        for row in PendingSpan.objects.filter(trace_id__in=traces).order_by("id").select_for_update()
+        (row.trace_id, row.span_id): row for row in fetch(PendingSpan, traces, column="trace_id", for_update=True)
     }
     parked_spans = {key: _from_json(row.mapped) for key, row in pending.items()}
     incoming = {(span.trace_id, span.span_id): span for span in spans}

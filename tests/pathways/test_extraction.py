@@ -125,6 +125,19 @@ def test_disqualified_flow_is_skipped_with_the_disqualifier_audited(
     assert events("reasoning.pathway.extracted") == []
 
 
+def test_the_skip_commits_with_the_close_itself(agent: APIClient) -> None:
+    """No after-commit work for a flow that cannot seed a pathway: its skip is one more event
+    of the closing transaction, right after the close's own."""
+    flow_id = open_flow_with_steps(agent, [step(0.95)])
+
+    response = agent.patch(f"{FLOWS_URL}/{flow_id}", ABORT, format="json")  # on-commit callbacks not run
+
+    assert response.status_code == 200
+    aborted, skipped = events("reasoning.flow.aborted"), events("reasoning.pathway.skipped")
+    assert [e.payload for e in skipped] == [{"disqualifier": "not_completed"}]
+    assert skipped[0].id == aborted[0].id + 1
+
+
 # --- What a pathway holds ---------------------------------------------------------------
 
 

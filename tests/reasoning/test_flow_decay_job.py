@@ -133,13 +133,19 @@ def test_decay_audits_its_lifecycle_and_one_abort_per_flow(agent: APIClient, clo
     decay_stale_flows()
 
     job_events = list(AuditEvent.objects.filter(id__gt=first_event).order_by("id"))
+    # Each abort commits with the pathway extractor's skip of that flow (an aborted flow never seeds one).
     assert [e.action for e in job_events] == [
         "memory.job.reasoning_flow_decay.started",
         "reasoning.flow.aborted",
+        "reasoning.pathway.skipped",
         "reasoning.flow.aborted",
+        "reasoning.pathway.skipped",
         "memory.job.reasoning_flow_decay.completed",
     ]
-    assert {e.actor for e in job_events} == {ACTOR}
+    assert {e.actor for e in job_events if e.action != "reasoning.pathway.skipped"} == {ACTOR}
+    assert [e.payload for e in job_events if e.action == "reasoning.pathway.skipped"] == [
+        {"disqualifier": "not_completed"}
+    ] * 2
     assert {e.target_id for e in job_events if e.action == "reasoning.flow.aborted"} == stale
     assert all(e.payload["timeout"] is True for e in job_events if e.action == "reasoning.flow.aborted")
     assert job_events[-1].payload["aborted"] == 2
