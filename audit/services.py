@@ -78,8 +78,8 @@ def record_many(events: Sequence[Event]) -> list[int]:
     if not events:
         return []
     created_at = timezone.now()
-    columns: list[list[Any]] = [[], [], [], [], [], []]
-    for event in events:
+    rows: list[dict[str, Any]] = []
+    for n, event in enumerate(events):
         if not isinstance(event.action, Action):
             raise TypeError(f"audit action must be an audit.actions.Action, got {event.action!r}")
         payload = dict(event.payload or {})
@@ -93,28 +93,35 @@ def record_many(events: Sequence[Event]) -> list[int]:
             payload=payload,
             created_at=created_at,
         )
-        for column, value in zip(
-            columns,
-            (event.action.value, event.actor, target_type, target_id, json.dumps(payload), canonical),
-            strict=True,
-        ):
-            column.append(value)
-    # One round trip: the events, in order, and their places in the chainer's queue.
+        rows.append(
+            {
+                "n": n,
+                "action": event.action.value,
+                "actor": event.actor,
+                "target_type": target_type,
+                "target_id": target_id,
+                "payload": payload,
+                "canonical": "\\x" + canonical.hex(),
+            }
+        )
+    # One round trip, one parameter: the events as a JSON array (in order), and their places
+    # in the chainer's queue.
     with bound_cursor() as cursor:
         cursor.execute(
             """
             WITH event AS (
                 INSERT INTO audit_event
                     (action, actor, target_type, target_id, payload, created_at, canonical)
-                SELECT e.action, e.actor, e.target_type, e.target_id, e.payload::jsonb, %s, e.canonical
-                FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[])
-                    WITH ORDINALITY AS e(action, actor, target_type, target_id, payload, canonical, n)
+                SELECT e.action, e.actor, e.target_type, e.target_id, e.payload, %s, e.canonical
+                FROM json_to_recordset(%s::json) AS e(
+                    n int, action text, actor text, target_type text, target_id text, payload jsonb, canonical bytea
+                )
                 ORDER BY e.n
                 RETURNING id
             )
             INSERT INTO audit_pending (event_id) SELECT id FROM event ORDER BY id RETURNING event_id
             """,
-            [created_at, *columns],
+            [created_at, json.dumps(rows)],
         )
         return sorted(int(row[0]) for row in cursor.fetchall())
 

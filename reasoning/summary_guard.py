@@ -547,6 +547,16 @@ def _has_opaque_id(raw: str, folded: str) -> bool:
     return False
 
 
+def _most_selective(needs: tuple[frozenset[str], ...]) -> frozenset[str]:
+    """Of an alternative's needs (each a set of strings one of which must occur), the one
+    least likely to be met by chance: whose shortest string is longest."""
+    return max(needs, key=lambda options: (min(map(len, options)), -len(options)))
+
+
+# The quick refusal of _matches' rules (off only in the test that compares verdicts without it).
+_QUICK_REFUSAL = True
+
+
 @functools.lru_cache(maxsize=16)
 def _facts(folded: str) -> tuple[bool, str | None]:
     """What every ``_matches`` rule asks of a view, once per view rather than once per rule:
@@ -556,9 +566,27 @@ def _facts(folded: str) -> tuple[bool, str | None]:
 
 def _matches(pattern: re.Pattern[str]) -> Callable[[str, str], bool]:
     prefilters = _PREFILTERS[pattern]
+    # A quick refusal for ASCII texts, in one regex search instead of a loop over the
+    # alternatives: each alternative that needs some text needs one of the options of each of
+    # its needs (its most selective one is taken), so when none of those (over all such
+    # alternatives) occurs, none of them can match;
+    # the alternatives that need only a digit cannot match without one. It refuses exactly
+    # when no alternative's may_match would pass (the property test holds it to that).
+    unconditional = any(not p.needs_digit and not p.needs_text for p in prefilters)
+    digit_only = any(p.needs_digit and not p.needs_text for p in prefilters)
+    needles = sorted({needle for p in prefilters if p.needs_text for needle in _most_selective(p.needs_text)})
+    any_needle = re.compile("|".join(map(re.escape, needles))) if needles else None
 
     def rule(raw: str, folded: str) -> bool:
         has_digit, lowered = _facts(folded)
+        if (
+            _QUICK_REFUSAL
+            and lowered is not None
+            and not unconditional
+            and not (digit_only and has_digit)
+            and (any_needle is None or any_needle.search(lowered) is None)
+        ):
+            return False
         return any(
             prefilter.may_match(folded, lowered, has_digit) and prefilter.regex.search(folded) is not None
             for prefilter in prefilters

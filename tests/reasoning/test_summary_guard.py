@@ -435,7 +435,7 @@ def test_the_guard_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
     assert caplog.records == []
 
 
-# --- The prefilters skip only alternatives that cannot match ------------------------------------
+# --- The prefilters (and the rules' quick refusal) skip only alternatives that cannot match ------------------------------------
 
 _FRAGMENTS = [
     "Dr. Smith",
@@ -498,9 +498,11 @@ def test_prefilters_never_change_a_verdict(text: str) -> None:
     filtered = summary_guard.check_summary(text)
     original = summary_guard._Prefilter.may_match
     summary_guard._Prefilter.may_match = lambda self, text, lowered, has_digit: True  # type: ignore[method-assign]
+    summary_guard._QUICK_REFUSAL = False
     try:
         unfiltered = summary_guard.check_summary(text)
     finally:
         summary_guard._Prefilter.may_match = original  # type: ignore[method-assign]
+        summary_guard._QUICK_REFUSAL = True
 
     assert filtered == unfiltered, text
