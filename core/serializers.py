@@ -213,6 +213,17 @@ class StrictSerializer(serializers.Serializer[Any]):
 
     _strict_present: dict[str, Any] | None = None
 
+    def _read_only_defaults(self) -> dict[str, Any]:
+        # DRF walks every field for read-only ones with a default on each validation; these
+        # serializers declare none, which is worth knowing once.
+        if self.__dict__.get("_has_read_only_defaults") is False:
+            return {}
+        defaults: dict[str, Any] = super()._read_only_defaults()
+        self._has_read_only_defaults = any(
+            field.read_only and field.default is not empty for field in self.fields.values()
+        )
+        return defaults
+
     @property
     def _writable_fields(self) -> list[serializers.Field[Any, Any, Any, Any]]:
         """DRF's, less the optional fields without a default that the body leaves out: for those

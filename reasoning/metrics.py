@@ -35,8 +35,8 @@ def record_flow_started(trigger_type: str) -> None:
     flows_started.add(1, {"trigger_type": trigger_type})
 
 
-def record_step_written(kind: str, agent: str) -> None:
-    step_writes.add(1, {"step_kind": kind, "agent": agent})
+def record_step_written(kind: str, agent: str, count: int = 1) -> None:
+    step_writes.add(count, {"step_kind": kind, "agent": agent})
 
 
 def record_flow_closed(

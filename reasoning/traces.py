@@ -21,6 +21,7 @@ the same spans is a replay: nothing is written twice.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections import defaultdict
@@ -46,8 +47,10 @@ ORPHAN_TRIGGER = "otlp_trace"
 ORPHAN_ABORT_REASON = "timeout"
 
 
+@functools.lru_cache(maxsize=4096)
 def span_uuid(trace_id: str, span_id: str) -> uuid.UUID:
-    """The flow or step id of a span: the same span always gets the same id (replays)."""
+    """The flow or step id of a span: the same span always gets the same id (replays).
+    Cached: placing one request's spans asks for each id several times."""
     return uuid.uuid5(SPAN_NAMESPACE, f"{trace_id}:{span_id}")
 
 
