@@ -435,7 +435,7 @@ def test_the_guard_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
     assert caplog.records == []
 
 
-# --- The prefilters (and the rules' quick refusal) skip only alternatives that cannot match ------------------------------------
+# --- The prefilters (and the rules' quick refusal) skip only alternatives that cannot match -------------
 
 _FRAGMENTS = [
     "Dr. Smith",
