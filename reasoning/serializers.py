@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -258,8 +259,30 @@ def admin_flow_representation(
     """The operator's view. ``reasoning_content`` appears only when asked for and allowed."""
     fields = [*ADMIN_STEP_FIELDS, "reasoning_content"] if include_reasoning else ADMIN_STEP_FIELDS
     data = flow_representation(flow)
+    data["tokens"] = flow_tokens(steps)
     data["steps"] = [{name: getattr(step, name) for name in fields} for step in steps]
     return data
+
+
+def flow_tokens(steps: Sequence[ReasoningStep]) -> dict[str, Any]:
+    """The flow's model usage from its steps: each count summed over the steps that reported
+    it (null when none did: unknown is not zero), and the models named."""
+
+    def total(name: str) -> int | None:
+        counts = [value for step in steps if (value := getattr(step, name)) is not None]
+        return sum(counts) if counts else None
+
+    return {
+        "steps": sum(
+            1
+            for step in steps
+            if step.input_tokens is not None or step.output_tokens is not None or step.reasoning_tokens is not None
+        ),
+        "input_tokens": total("input_tokens"),
+        "output_tokens": total("output_tokens"),
+        "reasoning_tokens": total("reasoning_tokens"),
+        "models": sorted({step.model for step in steps if step.model}),
+    }
 
 
 FLOW_FIELDS = [
@@ -385,12 +408,27 @@ class AdminStepSerializer(StepSerializer):
         read_only_fields = fields
 
 
+class FlowTokensSerializer(serializers.Serializer[Any]):
+    """``flow_tokens``: the flow's model usage, from its steps."""
+
+    steps = serializers.IntegerField(help_text="Steps that reported model usage.")
+    input_tokens = serializers.IntegerField(allow_null=True, help_text="Summed; null when no step reported it.")
+    output_tokens = serializers.IntegerField(allow_null=True, help_text="Summed; null when no step reported it.")
+    reasoning_tokens = serializers.IntegerField(allow_null=True, help_text="Summed; null when no step reported it.")
+    models = serializers.ListField(child=serializers.CharField(), help_text="The models the steps named, sorted.")
+
+
 class AdminFlowSerializer(FlowSerializer):
+    tokens = serializers.SerializerMethodField()
     steps = serializers.SerializerMethodField()
 
     class Meta(FlowSerializer.Meta):
-        fields = [*FlowSerializer.Meta.fields, "steps"]
+        fields = [*FlowSerializer.Meta.fields, "tokens", "steps"]
         read_only_fields = fields
+
+    @extend_schema_field(FlowTokensSerializer)
+    def get_tokens(self, flow: ReasoningFlow) -> dict[str, Any]:
+        return flow_tokens(self.context.get("steps", []))
 
     @extend_schema_field(AdminStepSerializer(many=True))
     def get_steps(self, flow: ReasoningFlow) -> list[dict[str, Any]]:

@@ -93,6 +93,36 @@ def test_read_of_a_flow_without_steps_has_an_empty_step_list(operator: APIClient
     assert response.json()["steps"] == []
 
 
+def test_read_totals_the_model_usage_its_steps_reported(
+    agent: APIClient, operator: APIClient, flow: dict[str, Any]
+) -> None:
+    add_step(agent, flow["id"], kind="retrieval")  # no model call: counts nothing
+    add_step(agent, flow["id"], kind="llm_prompt", model="gpt-4o", input_tokens=1200, output_tokens=300)
+    add_step(
+        agent, flow["id"], kind="llm_prompt", model="o3-mini", input_tokens=800, output_tokens=50, reasoning_tokens=900
+    )
+
+    tokens = operator.get(detail_url(flow["id"])).json()["tokens"]
+
+    assert tokens == {
+        "steps": 2,
+        "input_tokens": 2000,
+        "output_tokens": 350,
+        "reasoning_tokens": 900,
+        "models": ["gpt-4o", "o3-mini"],
+    }
+
+
+def test_read_of_a_flow_whose_steps_reported_no_usage_says_unknown_not_zero(
+    agent: APIClient, operator: APIClient, flow: dict[str, Any]
+) -> None:
+    add_step(agent, flow["id"], kind="retrieval")
+
+    tokens = operator.get(detail_url(flow["id"])).json()["tokens"]
+
+    assert tokens == {"steps": 0, "input_tokens": None, "output_tokens": None, "reasoning_tokens": None, "models": []}
+
+
 def test_read_audits_admin_flow_read(operator: APIClient, flow: dict[str, Any]) -> None:
     operator.get(detail_url(flow["id"]))
 

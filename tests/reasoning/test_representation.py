@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from reasoning.models import ReasoningFlow, ReasoningStep
 from reasoning.serializers import (
+    AdminFlowSerializer,
     AdminStepSerializer,
     FlowSerializer,
     StepSerializer,
@@ -67,5 +68,6 @@ def test_admin_representation_matches_admin_serializers(closed_flow_with_steps: 
     steps = list(ReasoningStep.objects.filter(flow=closed_flow_with_steps).order_by("position"))
     data = rendered(admin_flow_representation(closed_flow_with_steps, steps))
     assert data["steps"] == rendered(AdminStepSerializer(steps, many=True).data)
-    del data["steps"]
+    assert data == rendered(AdminFlowSerializer(closed_flow_with_steps, context={"steps": steps}).data)
+    del data["steps"], data["tokens"]
     assert data == rendered(FlowSerializer(closed_flow_with_steps).data)
