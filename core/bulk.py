@@ -163,13 +163,3 @@ def bound_cursor() -> Iterator[CursorWrapper]:
         yield cursor
     finally:
         cursor.close()
-
-
-def array_literal(values: Sequence[Any]) -> str:
-    """A one-dimensional PostgreSQL array literal: every element double-quoted, with ``\\``
-    and ``"`` escaped, so any text is safe; None is NULL."""
-    quoted = (
-        "NULL" if value is None else '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-        for value in values
-    )
-    return "{" + ",".join(quoted) + "}"

@@ -26,8 +26,19 @@ from core.labels import label_validator
 # operator or patient reads: controls (Cc), format characters (Cf: zero-width, bidi controls,
 # soft hyphen, BOM, tags), line and paragraph separators (Zl, Zp), surrogates and private use.
 FORBIDDEN_TEXT_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co"})
+# The only ASCII characters of those categories are Cc: C0 and DEL (tab, LF and CR among them).
 _ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ASCII_CONTROL_MULTILINE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_MULTILINE_ALLOWED = frozenset("\t\n\r")
+
+
+def has_forbidden_char(text: str, *, multiline: bool = False) -> bool:
+    """Whether ``text`` holds a character of ``FORBIDDEN_TEXT_CATEGORIES`` (tab, LF and CR
+    excepted when ``multiline``): one regex search for ASCII text, a walk otherwise."""
+    if text.isascii():
+        return (_ASCII_CONTROL_MULTILINE if multiline else _ASCII_CONTROL).search(text) is not None
+    allowed = _MULTILINE_ALLOWED if multiline else frozenset()
+    return any(char not in allowed and unicodedata.category(char) in FORBIDDEN_TEXT_CATEGORIES for char in text)
 
 
 @deconstructible
@@ -44,16 +55,10 @@ class PlainTextValidator:
     def __init__(self, message: str, *, multiline: bool = False) -> None:
         self.message = message
         self.multiline = multiline
-        self.allowed = frozenset("\t\n\r") if multiline else frozenset()
 
     def __call__(self, value: str) -> None:
-        if value.isascii():  # the only ASCII characters of those categories are Cc: C0 and DEL
-            if (_ASCII_CONTROL_MULTILINE if self.multiline else _ASCII_CONTROL).search(value):
-                raise ValidationError(self.message, code="invalid")
-            return
-        for char in value:
-            if char not in self.allowed and unicodedata.category(char) in FORBIDDEN_TEXT_CATEGORIES:
-                raise ValidationError(self.message, code="invalid")
+        if has_forbidden_char(value, multiline=self.multiline):
+            raise ValidationError(self.message, code="invalid")
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PlainTextValidator) and (self.message, self.multiline) == (

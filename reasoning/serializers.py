@@ -268,21 +268,15 @@ def flow_tokens(steps: Sequence[ReasoningStep]) -> dict[str, Any]:
     """The flow's model usage from its steps: each count summed over the steps that reported
     it (null when none did: unknown is not zero), and the models named."""
 
-    def total(name: str) -> int | None:
-        counts = [value for step in steps if (value := getattr(step, name)) is not None]
-        return sum(counts) if counts else None
-
+    counts = {name: [n for step in steps if (n := getattr(step, name)) is not None] for name in _TOKEN_COUNTS}
     return {
-        "steps": sum(
-            1
-            for step in steps
-            if step.input_tokens is not None or step.output_tokens is not None or step.reasoning_tokens is not None
-        ),
-        "input_tokens": total("input_tokens"),
-        "output_tokens": total("output_tokens"),
-        "reasoning_tokens": total("reasoning_tokens"),
+        "steps": sum(1 for step in steps if any(getattr(step, name) is not None for name in _TOKEN_COUNTS)),
+        **{name: sum(values) if values else None for name, values in counts.items()},
         "models": sorted({step.model for step in steps if step.model}),
     }
+
+
+_TOKEN_COUNTS = ("input_tokens", "output_tokens", "reasoning_tokens")
 
 
 FLOW_FIELDS = [

@@ -143,6 +143,8 @@ from pathlib import Path
 from re import _constants, _parser  # type: ignore[attr-defined]  # stdlib, unstubbed: which alternatives need a digit
 from typing import Any
 
+from core.serializers import has_forbidden_char
+
 MAX_SUMMARY_CHARS = 280
 
 
@@ -443,9 +445,6 @@ _LABELED_NAME = _rx(
     r"(?i:\b(?:patient|client|caregiver|spouse|mother|father|son|daughter|wife|husband))\s+[A-Z][a-z]+\s+[A-Z][a-z]+",
 )
 
-# Characters that make a summary more than one line of plain text (see control_chars).
-_CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
-_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Minus signs that are not in the dash category (Pd) but read as "-".
 _MINUS_SIGNS = frozenset("\u02d7\u2043\u2212\u2796")
 # Slashes NFKC leaves alone (fraction and division slash).
@@ -522,9 +521,8 @@ def _too_long(raw: str, folded: str) -> bool:
 
 
 def _has_control_char(raw: str, folded: str) -> bool:
-    if raw.isascii():  # the only ASCII characters of those categories are Cc: C0 and DEL
-        return _ASCII_CONTROL.search(raw) is not None
-    return any(unicodedata.category(char) in _CONTROL_CATEGORIES for char in raw)
+    # What makes a summary more than one line of plain text: the API's plain-text rule.
+    return has_forbidden_char(raw)
 
 
 def _has_long_digit_id(raw: str, folded: str) -> bool:
