@@ -12,9 +12,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-# Reinstall whenever pyproject.toml changes.
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+# Reinstall whenever pyproject.toml (or the SDK's) changes. The SDK (sdk/, its own package) is
+# installed too: its tests run against this server.
+$(STAMP): pyproject.toml sdk/pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]' -e './sdk[otel]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -98,30 +98,41 @@ class Server:
             return Answer(response.status, dict(response.getheaders()), response.read())
 
 
-def run_gunicorn() -> Iterator[Server]:
-    """Start ``gunicorn config.wsgi`` on a free port against the test database; stop it after."""
-    port = free_port()
-    command = [
-        str(Path(sys.executable).with_name("gunicorn")),
-        "config.wsgi",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        "1",
-        "--timeout",
-        "60",
-    ]
-    process = subprocess.Popen(
-        command,
-        cwd=settings.BASE_DIR,
-        env=environment_for_test_database(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        _wait_for(port, process)
-        yield Server("127.0.0.1", port)
-    finally:
+class Gunicorn:
+    """``gunicorn config.wsgi`` on a fixed free port against the test database; stop and start
+    it again (an outage) with ``stop()`` / ``start()``. ``env`` adds to the server's environment."""
+
+    def __init__(self, env: dict[str, str] | None = None, workers: int = 1) -> None:
+        self.port = free_port()
+        self.env = {**environment_for_test_database(), **(env or {})}
+        self.workers = workers
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Server:
+        command = [
+            str(Path(sys.executable).with_name("gunicorn")),
+            "config.wsgi",
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "--workers",
+            str(self.workers),
+            "--timeout",
+            "60",
+        ]
+        self.process = subprocess.Popen(
+            command, cwd=settings.BASE_DIR, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        _wait_for(self.port, self.process)
+        return Server("127.0.0.1", self.port)
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
         process.terminate()
         try:
             process.wait(timeout=10)
@@ -130,6 +141,15 @@ def run_gunicorn() -> Iterator[Server]:
             process.wait()
         if process.stderr:
             process.stderr.close()
+
+
+def run_gunicorn(env: dict[str, str] | None = None) -> Iterator[Server]:
+    """Start ``gunicorn config.wsgi`` on a free port against the test database; stop it after."""
+    server = Gunicorn(env)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
 
 
 def _wait_for(port: int, process: subprocess.Popen[bytes]) -> None:
