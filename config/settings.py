@@ -210,6 +210,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_PATCH": False,
     "ENUM_NAME_OVERRIDES": {
         "FlowStateEnum": "reasoning.models.ReasoningFlow.State",
+        "FlowCloseStateEnum": "reasoning.serializers.CLOSE_STATES",
         "ResearchRequestStatusEnum": "research_backlog.models.ResearchRequestStatus",
         "ClaimReviewStatusEnum": "research_backlog.models.ClaimReviewStatus",
         "ResearchReasonEnum": "research_backlog.models.ResearchRequest.Reason",

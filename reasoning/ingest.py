@@ -353,7 +353,8 @@ def _plan(
     if closing:
         assert item.close is not None
         flow.flow_state = item.close["flow_state"]
-        flow.closed_at = item.closed_at or now
+        # An agent clock slightly behind ours must not close a flow before it opened.
+        flow.closed_at = max(item.closed_at, flow.created_at) if item.closed_at else now
         flow.outcome_type = item.close.get("outcome_type", "")
         flow.outcome_summary = item.close.get("outcome_summary", "")
         flow.abort_reason = item.close.get("abort_reason", "")

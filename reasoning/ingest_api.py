@@ -166,8 +166,21 @@ class IngestView(ApiView):
             flow_id = fields.pop("id", None)
             steps = fields.pop("steps", [])
             close = fields.pop("close", None)
+            # The agent's own times (not part of the open request a replay compares).
+            started_at = fields.pop("started_at", None)
+            ended_at = close.pop("ended_at", None) if close else None
             create = fields if "trigger_type" in fields else None
-            items.append(ingest.Item(flow_id=flow_id, create=create, steps=steps, close=close, where=f"{where}."))
+            items.append(
+                ingest.Item(
+                    flow_id=flow_id,
+                    create=create,
+                    steps=steps,
+                    close=close,
+                    where=f"{where}.",
+                    created_at=started_at,
+                    closed_at=ended_at,
+                )
+            )
             positions.append(index)
         for index, item, result in zip(positions, items, ingest.write(items, actor=actor_for(request)), strict=True):
             if result.error is not None:

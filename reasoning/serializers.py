@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -137,10 +139,12 @@ class OutcomeMetricsSerializer(StrictSerializer):
     )
 
 
+# The states a close may set (OpenAPI names the enum FlowCloseStateEnum).
+CLOSE_STATES = [ReasoningFlow.State.COMPLETED.value, ReasoningFlow.State.ABORTED.value]
+
+
 class FlowCloseSerializer(StrictSerializer):
-    flow_state = serializers.ChoiceField(
-        choices=[ReasoningFlow.State.COMPLETED.value, ReasoningFlow.State.ABORTED.value]
-    )
+    flow_state = serializers.ChoiceField(choices=CLOSE_STATES)
     outcome_type = label_field(required=False, allow_blank=True)
     outcome_summary = StrictCharField(
         max_length=280, required=False, allow_blank=True, validators=[plain_text_validator]
@@ -162,6 +166,23 @@ MAX_INGEST_FLOWS = 100
 MAX_INGEST_STEPS = 1000
 
 
+# How far ahead of the server's clock an agent's clock may run.
+CLOCK_SKEW = timedelta(minutes=5)
+
+
+def _not_in_future(value: datetime) -> None:
+    if value > timezone.now() + CLOCK_SKEW:
+        raise serializers.ValidationError("Must not be in the future.")
+
+
+class IngestCloseSerializer(FlowCloseSerializer):
+    ended_at = serializers.DateTimeField(
+        required=False,
+        validators=[_not_in_future],
+        help_text="When the flow ended by the agent's clock (an SDK that batches sends it); default: on arrival.",
+    )
+
+
 class IngestItemSerializer(FlowCreateSerializer):
     """One flow of an ingest request: open it (its fields as ``POST /api/reasoning/flows`` takes
     them), append ``steps`` and ``close`` it; or, with only ``id``, ``steps`` and ``close``,
@@ -173,9 +194,20 @@ class IngestItemSerializer(FlowCreateSerializer):
     steps: serializers.ListSerializer[Any] = serializers.ListSerializer(
         child=StepCreateSerializer(), max_length=MAX_INGEST_STEPS, required=False, help_text="In order."
     )
-    close = FlowCloseSerializer(required=False, help_text="Close the flow after its steps (as the PATCH takes it).")
+    started_at = serializers.DateTimeField(
+        required=False,
+        validators=[_not_in_future],
+        help_text="When the flow began by the agent's clock (an SDK that batches sends it); default: on arrival. "
+        "Only when the item opens the flow.",
+    )
+    close = IngestCloseSerializer(
+        required=False, help_text="Close the flow after its steps (as the PATCH takes it, plus `ended_at`)."
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        started, ended = attrs.get("started_at"), (attrs.get("close") or {}).get("ended_at")
+        if started is not None and ended is not None and ended < started:
+            raise serializers.ValidationError({"close": {"ended_at": ["Must not be before started_at."]}})
         if "trigger_type" not in attrs:
             opening = sorted(set(attrs) - {"id", "steps", "close"})
             if opening:

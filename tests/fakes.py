@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
@@ -122,6 +123,73 @@ def serve_fake(state: F, path: str = "") -> Iterator[F]:
 
     server = _QuietServer(("127.0.0.1", 0), Handler)
     state.url = f"http://127.0.0.1:{server.server_address[1]}{path}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@dataclass
+class DroppingProxy:
+    """A loopback HTTP proxy to ``upstream`` that, for the first ``drop`` requests, lets the
+    upstream answer (so the server commits) and then closes the client's connection without
+    relaying it: the client sees a lost answer and must retry."""
+
+    upstream: str
+    drop: int = 0
+    url: str = ""
+    forwarded: int = 0
+    dropped: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@contextmanager
+def serve_dropping_proxy(state: DroppingProxy) -> Iterator[DroppingProxy]:
+    import http.client
+    import socket
+    from urllib.parse import urlsplit
+
+    target = urlsplit(state.upstream)
+
+    class Handler(BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            headers = {name: value for name, value in self.headers.items() if name.lower() != "host"}
+            upstream = http.client.HTTPConnection(target.hostname or "127.0.0.1", target.port or 80, timeout=30)
+            try:
+                upstream.request(self.command, self.path, body=body, headers=headers)
+                answer = upstream.getresponse()
+                payload = answer.read()
+            finally:
+                upstream.close()
+            with state.lock:
+                state.forwarded += 1
+                drop = state.dropped < state.drop
+                if drop:
+                    state.dropped += 1
+            if drop:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            self.send_response(answer.status)
+            for name, value in answer.getheaders():
+                if name.lower() not in {"content-length", "connection", "transfer-encoding"}:
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_POST = do_GET = do_PATCH = _any
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = _QuietServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:

@@ -339,8 +339,11 @@ def _send_field(component: str, field: str, value: str, agent: APIClient, operat
         else:
             body[field] = value
         return agent.patch(f"/api/reasoning/flows/{_new_flow(agent)}", body, format="json")
-    if component == "IngestItemRequest":
-        item = {"id": str(uuid.uuid4()), "trigger_type": "user_question", field: value}
+    if component in ("IngestItemRequest", "IngestCloseRequest"):
+        item: dict[str, Any] = {"id": str(uuid.uuid4()), "trigger_type": "user_question", field: value}
+        if component == "IngestCloseRequest":
+            item = {"id": item["id"], "trigger_type": "user_question"}
+            item["close"] = {"flow_state": "completed", "outcome_type": "answered", field: value}
         response = agent.post("/api/reasoning/ingest", {"flows": [item]}, format="json")
         # The route answers 200 even when the item is rejected; the item says which.
         return response if response.status_code != 200 or response.json()["rejected"] == 0 else _Rejected(response)

@@ -6,11 +6,13 @@ import gzip
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from pytest_django.fixtures import Settings
 from rest_framework.test import APIClient
 
@@ -234,6 +236,47 @@ def test_unknown_item_fields_are_named(agent: APIClient) -> None:
 
     assert body["flows"][0]["errors"] == {"flows[0].steps[0].colour": ["Unknown field."]}
     assert body["flows"][1]["errors"] == {"flows[1].priority": ["Unknown field."]}
+
+
+def test_the_agents_own_times_become_the_flows_times(agent: APIClient) -> None:
+    # An SDK batches: the flow began and ended before the request that carries it.
+    started = timezone.now() - timedelta(minutes=3)
+    ended = started + timedelta(seconds=42)
+    item = whole_flow(started_at=started.isoformat())
+    item["close"]["ended_at"] = ended.isoformat()
+
+    response = ingest(agent, item)
+
+    assert response.status_code == 200, response.json()
+    flow = ReasoningFlow.objects.get(pk=item["id"])
+    assert (flow.created_at, flow.closed_at) == (started, ended)
+    # A retry carrying the same times is still a replay.
+    assert ingest(agent, item).json()["replayed"] == 1
+
+
+@pytest.mark.parametrize(
+    ("started", "ended", "field"),
+    [
+        (timedelta(hours=1), None, "flows[0].started_at"),
+        (None, timedelta(hours=1), "flows[0].close.ended_at"),
+        (timedelta(minutes=-1), timedelta(minutes=-2), "flows[0].close.ended_at"),
+    ],
+)
+def test_times_in_the_future_or_out_of_order_are_rejected(
+    agent: APIClient, started: timedelta | None, ended: timedelta | None, field: str
+) -> None:
+    now = timezone.now()
+    item = whole_flow()
+    if started is not None:
+        item["started_at"] = (now + started).isoformat()
+    if ended is not None:
+        item["close"]["ended_at"] = (now + ended).isoformat()
+
+    answer = ingest(agent, item).json()
+
+    assert answer["rejected"] == 1
+    assert field in answer["flows"][0]["errors"]
+    assert not ReasoningFlow.objects.filter(pk=item["id"]).exists()
 
 
 def test_pii_is_split_off_and_usage_is_stored(agent: APIClient) -> None:

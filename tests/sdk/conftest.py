@@ -10,10 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reasoning_flow_sdk import AsyncReasoningFlowRecorder, ReasoningFlowRecorder
+from reasoning_flow_sdk import AsyncReasoningFlowRecorder, ReasoningFlowRecorder, _turn
 from reasoning_flow_sdk import _log as sdk_log
 
 from tests.servers import Gunicorn
+
+
+@pytest.fixture(autouse=True)
+def _no_turn() -> Iterator[None]:
+    """Each test starts outside any turn (``new_turn()`` sets a context variable that would last)."""
+    token = _turn._turn.set(None)
+    yield
+    _turn._turn.reset(token)
 
 
 @pytest.fixture(autouse=True)

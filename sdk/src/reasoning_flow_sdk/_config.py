@@ -5,6 +5,7 @@ A bad value never raises into the agent: it is logged once and the default is us
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +16,11 @@ TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
 
 
-def default_spool_dir() -> Path:
+def default_spool_dir(base_url: str | None) -> Path:
+    """One spool per server: a recorder delivers every batch of its spool to its own server."""
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "reasoning-flow-sdk" / "spool"
+    server = hashlib.sha256((base_url or "unset").encode()).hexdigest()[:16]
+    return Path(cache) / "reasoning-flow-sdk" / "spool" / server
 
 
 def env_flag(name: str, default: bool = False) -> bool:
@@ -76,10 +79,10 @@ class Settings:
         max_queue: int | None = None,
         timeout: float | None = None,
     ) -> Settings:
-        url = base_url or os.environ.get("REASONING_FLOW_URL") or None
-        spool = spool_dir or os.environ.get("REASONING_FLOW_SPOOL_DIR") or default_spool_dir()
+        url = (base_url or os.environ.get("REASONING_FLOW_URL") or "").rstrip("/") or None
+        spool = spool_dir or os.environ.get("REASONING_FLOW_SPOOL_DIR") or default_spool_dir(url)
         return cls(
-            base_url=url.rstrip("/") if url else None,
+            base_url=url,
             token=token or os.environ.get("REASONING_FLOW_TOKEN") or None,
             spool_dir=Path(spool),
             # The ingest route takes at most 1,000 steps per request.

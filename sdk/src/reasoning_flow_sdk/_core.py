@@ -3,7 +3,7 @@
 The agent's thread only appends a record to a ``deque`` (microseconds). A *batcher* (thread or
 task) turns queued records into ingest batches; a *deliverer* sends them. Delivery is ordered:
 
-1. A new batch goes to the in-memory outbox (at most ``OUTBOX_BATCHES``) while the spool is
+1. A new batch goes to the in-memory outbox (at most ``OUTBOX_BYTES``) while the spool is
    empty; otherwise to the spool, so it cannot overtake older spooled batches.
 2. The deliverer sends the outbox head. 2xx: done. 408, 429, 5xx or no answer: the whole outbox
    is spooled (each batch under its creation sequence, so order holds) and the spool is
@@ -24,7 +24,7 @@ import os
 import random
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,11 +36,12 @@ from reasoning_flow_sdk._spool import Spool, SpoolFile
 INGEST_PATH = "/api/reasoning/ingest"
 MAX_FLOWS_PER_BATCH = 100  # the ingest route's limits
 BATCH_BYTES = 4 * 2**20  # well under the route's default 16 MiB
-OUTBOX_BATCHES = 8
+OUTBOX_BYTES = 8 * 2**20  # batches held in memory for the network; past this, the spool
 RETRY_STATUSES = {408, 429}
 BACKOFF_FIRST = 0.2
 BACKOFF_MAX = 5.0
 RETRY_AFTER_MAX = 60.0
+REFUSED_MEMORY = 10_000
 SPOOL_CHECK_SECONDS = 2.0  # how often an idle deliverer looks for batches other processes left
 
 # A record: ("open" | "step" | "close", flow id, fields).
@@ -62,9 +63,10 @@ class Verdict:
     retry: bool = False
     retry_after: float | None = None
     sent_steps: int = 0
-    sent_flows: int = 0
+    sent_flows: int = 0  # flows whose close the server stored
     rejected_steps: int = 0
-    rejected_flows: int = 0
+    rejected_items: int = 0
+    refused: list[str] = field(default_factory=list)  # ids of the flows some piece of which was refused
 
 
 @dataclass
@@ -72,13 +74,13 @@ class Stats:
     recorded_flows: int = 0
     recorded_steps: int = 0
     sent: int = 0  # steps the server stored (created or replayed)
-    sent_flows: int = 0
+    sent_flows: int = 0  # flows whose close the server stored
     batches_sent: int = 0
     retried: int = 0  # delivery attempts that failed and will be retried
     spooled: int = 0  # steps written to the spool
     dropped: int = 0  # steps lost here: queue full, spool full, unwritable spool
     rejected: int = 0  # steps the server refused (4xx), not retried
-    rejected_flows: int = 0
+    rejected_items: int = 0  # pieces of flows (one per flow and batch) the server refused
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **counts: int) -> None:
@@ -111,20 +113,25 @@ def _estimate(fields: dict[str, Any]) -> int:
     return 256 + sum(len(value) for value in fields.values() if isinstance(value, str))
 
 
-def item_steps(body: bytes) -> list[int]:
+def items_of(body: bytes) -> list[tuple[str, int, bool]]:
+    """Each item's flow id, step count and whether it closes its flow."""
     try:
-        return [len(item.get("steps") or []) for item in json.loads(body)["flows"]]
+        return [
+            (str(item.get("id")), len(item.get("steps") or []), "close" in item) for item in json.loads(body)["flows"]
+        ]
     except (ValueError, KeyError, TypeError, AttributeError):
         return []
 
 
-def judge(status: int | None, answer: bytes, body: bytes, retry_after: str | None, steps: int, flows: int) -> Verdict:
+def judge(status: int | None, answer: bytes, body: bytes, retry_after: str | None, steps: int) -> Verdict:
     """Classify one attempt (``status`` None: no answer)."""
     if status is None or status in RETRY_STATUSES or status >= 500:
         return Verdict(retry=True, retry_after=_seconds(retry_after))
+    items = items_of(body)
+    closes = sum(1 for _, _, closing in items if closing)
     if 200 <= status < 300:
-        counts = item_steps(body)
-        rejected_steps = rejected_flows = 0
+        rejected_steps = rejected_items = rejected_closes = 0
+        refused: list[str] = []
         try:
             results = json.loads(answer).get("flows") or []
         except (ValueError, AttributeError):
@@ -132,9 +139,13 @@ def judge(status: int | None, answer: bytes, body: bytes, retry_after: str | Non
         for result in results:
             if isinstance(result, dict) and result.get("status") == "rejected":
                 index = result.get("index")
-                lost = counts[index] if isinstance(index, int) and 0 <= index < len(counts) else 0
+                flow_id, lost, closing = (
+                    items[index] if isinstance(index, int) and 0 <= index < len(items) else ("", 0, False)
+                )
+                refused.append(flow_id)
                 rejected_steps += lost
-                rejected_flows += 1
+                rejected_items += 1
+                rejected_closes += closing
                 log_limited(
                     logging.WARNING,
                     "rejected-item",
@@ -145,19 +156,20 @@ def judge(status: int | None, answer: bytes, body: bytes, retry_after: str | Non
                 )
         return Verdict(
             sent_steps=steps - rejected_steps,
-            sent_flows=flows - rejected_flows,
+            sent_flows=closes - rejected_closes,
             rejected_steps=rejected_steps,
-            rejected_flows=rejected_flows,
+            rejected_items=rejected_items,
+            refused=refused,
         )
     warn_limited(
         f"http-{status}",
-        "the server refused a batch of %d flows / %d steps with HTTP %d (not retried): %s",
-        flows,
+        "the server refused a batch of %d flow pieces / %d steps with HTTP %d (not retried): %s",
+        len(items),
         steps,
         status,
         _short(answer[:500].decode(errors="replace")),
     )
-    return Verdict(rejected_steps=steps, rejected_flows=flows)
+    return Verdict(rejected_steps=steps, rejected_items=len(items), refused=[flow_id for flow_id, _, _ in items])
 
 
 def _short(value: Any) -> str:
@@ -189,12 +201,17 @@ class Pipeline:
         self.stats = Stats()
         self.spool = Spool(settings.spool_dir, settings.spool_max_bytes)
         self.outbox: deque[Batch] = deque()
+        self.outbox_bytes = 0
         self.lock = threading.Lock()
-        self.spooling = True  # until the first look at the spool says it is empty
+        # Batches left by an earlier process go first: until they are delivered, new ones queue
+        # behind them in the spool.
+        self.spooling = not self.spool.is_empty()
         self.forming = 0
         self.in_flight = 0
         self.attempt = 0
         self._open_fields: dict[str, dict[str, Any]] = {}
+        self.refused: OrderedDict[str, None] = OrderedDict()  # the last REFUSED_MEMORY flows refused
+        self.refused_lock = threading.Lock()
         self._queue_full_logged = False
 
     # --- the agent's side ----------------------------------------------------------------
@@ -267,8 +284,9 @@ class Pipeline:
         # to the outbox) while a batch that belongs behind the spooled ones is being written.
         with self.lock:
             for batch in batches:
-                if not self.spooling and len(self.outbox) < OUTBOX_BATCHES:
+                if not self.spooling and self.outbox_bytes + len(batch.body) <= OUTBOX_BYTES:
                     self.outbox.append(batch)
+                    self.outbox_bytes += len(batch.body)
                     woke = True
                 else:
                     self.spooling = True
@@ -320,7 +338,7 @@ class Pipeline:
             self.in_flight -= 1
             if not verdict.retry:
                 if self.outbox and self.outbox[0] is batch:
-                    self.outbox.popleft()
+                    self.outbox_bytes -= len(self.outbox.popleft().body)
                 self.attempt = 0
                 self._count(verdict, batch.steps)
                 return []
@@ -329,6 +347,7 @@ class Pipeline:
             self.stats.add(retried=1)
             spilled = list(self.outbox)
             self.outbox.clear()
+            self.outbox_bytes = 0
             return spilled
 
     def settle_spooled(self, spooled: SpoolFile, verdict: Verdict) -> None:
@@ -341,12 +360,18 @@ class Pipeline:
         self._count(verdict, spooled.steps)
 
     def _count(self, verdict: Verdict, steps: int) -> None:
+        if verdict.refused:
+            with self.refused_lock:  # settle() holds self.lock
+                for flow_id in verdict.refused:
+                    self.refused[flow_id] = None
+                while len(self.refused) > REFUSED_MEMORY:
+                    self.refused.popitem(last=False)
         self.stats.add(
             sent=verdict.sent_steps,
             sent_flows=verdict.sent_flows,
             batches_sent=1,
             rejected=verdict.rejected_steps,
-            rejected_flows=verdict.rejected_flows,
+            rejected_items=verdict.rejected_items,
         )
 
     def spool_drained(self) -> None:
@@ -365,6 +390,7 @@ class Pipeline:
         with self.lock:
             spilled = list(self.outbox) + batches
             self.outbox.clear()
+            self.outbox_bytes = 0
         self.write_to_spool(spilled)
 
     def snapshot(self) -> dict[str, int]:
@@ -382,7 +408,7 @@ class Pipeline:
                     "spooled",
                     "dropped",
                     "rejected",
-                    "rejected_flows",
+                    "rejected_items",
                 )
             }
         counts.update(queued=len(self.queue), spool_files=files, spool_bytes=size)

@@ -200,6 +200,7 @@ class Flow:
             if self.closed:
                 return
             self.closed = True
+            close["ended_at"] = _now()
             self.recorder._record(("close", self.id, close))
             self.recorder._flow_closed(self, close)
         except Exception:

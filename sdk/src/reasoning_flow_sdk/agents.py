@@ -193,6 +193,7 @@ class _Agent:
         self,
         question: str,
         *,
+        trigger_type: str | None = None,
         trigger_ref: str = "",
         session_id: str | None = None,
         trace_id: str | None = None,
@@ -206,6 +207,7 @@ class _Agent:
         flow_id = emit_agent_flow(
             self.recorder,
             self.name,
+            trigger_type=trigger_type,
             trigger_ref=trigger_ref,
             outcome_type=self.outcome_type,
             outcome_metrics=self.metrics(reply, claim_id),

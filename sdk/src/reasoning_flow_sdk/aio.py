@@ -106,7 +106,7 @@ class AsyncReasoningFlowRecorder(_Recording):
         if self._closed:
             return self._pipeline.idle()
         try:
-            delivered = await self.flush(timeout)
+            delivered = False if self._pipeline.attempt > 0 else await self.flush(timeout)
             self._closed = True
             if self._stopping is not None:
                 self._stopping.set()
@@ -181,7 +181,7 @@ class AsyncReasoningFlowRecorder(_Recording):
                 await self._sleep(1.0)
 
     async def _deliver(self, batch: Batch) -> None:
-        verdict = await self._send(batch.body, batch.steps, batch.flows)
+        verdict = await self._send(batch.body, batch.steps)
         spill = self._pipeline.settle(batch, verdict)
         if verdict.retry:
             await asyncio.to_thread(self._pipeline.write_to_spool, spill)
@@ -217,14 +217,14 @@ class AsyncReasoningFlowRecorder(_Recording):
         body = await asyncio.to_thread(self._pipeline.spool.read, spooled)
         if body is None:
             return True
-        verdict = await self._send(body, spooled.steps, spooled.flows)
+        verdict = await self._send(body, spooled.steps)
         await asyncio.to_thread(self._pipeline.settle_spooled, spooled, verdict)
         if verdict.retry:
             await self._sleep(backoff(self._pipeline.attempt, verdict.retry_after))
             return False
         return True
 
-    async def _send(self, body: bytes, steps: int, flows: int) -> Verdict:
+    async def _send(self, body: bytes, steps: int) -> Verdict:
         unsendable = self._unsendable()
         if unsendable is not None:
             return unsendable
@@ -239,7 +239,7 @@ class AsyncReasoningFlowRecorder(_Recording):
                 logging.WARNING, "unreachable", "reasoning flow server unreachable (%s): spooling", type(error).__name__
             )
             return Verdict(retry=True)
-        verdict = judge(response.status_code, response.content, body, response.headers.get("retry-after"), steps, flows)
+        verdict = judge(response.status_code, response.content, body, response.headers.get("retry-after"), steps)
         if verdict.retry:
             log_limited(
                 logging.WARNING, "retry-status", "reasoning flow server answered %d: spooling", response.status_code

@@ -28,7 +28,7 @@ from reasoning_flow_sdk._core import (
     backoff,
     judge,
 )
-from reasoning_flow_sdk._flow import Flow
+from reasoning_flow_sdk._flow import Flow, _now
 from reasoning_flow_sdk._log import log_limited, logger, warn_limited, warn_once
 from reasoning_flow_sdk._spool import SpoolFile
 
@@ -66,7 +66,11 @@ class BaseRecorder:
     ) -> Flow:
         """Open a flow; use it as a context manager (``with`` or ``async with``)."""
         fid = str(flow_id) if flow_id else str(uuid.uuid4())
-        fields: dict[str, Any] = {"trigger_type": trigger_type, "trace_id": _safe_trace_id(trace_id)}
+        fields: dict[str, Any] = {
+            "trigger_type": trigger_type,
+            "trace_id": _safe_trace_id(trace_id),
+            "started_at": _now(),  # the flow's real start; the batch arrives later
+        }
         try:
             optional = {
                 "trigger_ref": trigger_ref,
@@ -103,12 +107,15 @@ class BaseRecorder:
             rationale=rationale,
             confidence=confidence,
             inputs=dict(inputs) if inputs else None,
+            # A decision's inputs may name the patient: all of them are stored encrypted.
+            pii_fields=sorted(inputs) if inputs else None,
         )
         flow.complete("decision_recorded")
         return flow.id
 
     def record_outcome(self, flow_id: str | uuid.UUID, outcome: str, correct: bool | None = None) -> bool:
-        """The observed outcome of a flow this process recorded, once: True the first time.
+        """The observed outcome of a flow this process recorded, once: True the first time (False
+        after, and for a flow this process did not record or no longer remembers).
 
         The server has no outcome route yet: the outcome is kept in this process's
         ``session_summary()`` only, and a log line says so once."""
@@ -119,6 +126,9 @@ class BaseRecorder:
         )
         key = str(flow_id)
         with self._summary_lock:
+            if key not in self._decisions:
+                warn_limited("outcome-unknown-flow", "record_outcome: flow %s was not recorded by this process", key)
+                return False
             if key in self._outcomes:
                 return False
             self._outcomes[key] = correct
@@ -141,6 +151,9 @@ class BaseRecorder:
 
     def stats(self) -> dict[str, int]:
         return {}
+
+    def refused(self, flow_id: str | uuid.UUID) -> bool:
+        return False
 
     # --- what subclasses implement -------------------------------------------------------
     def _record(self, record: Record) -> None:
@@ -244,6 +257,12 @@ class _Recording(BaseRecorder):
     def _kick(self) -> None:
         raise NotImplementedError
 
+    def refused(self, flow_id: str | uuid.UUID) -> bool:
+        """Whether the server refused (a 4xx, not retried) some part of this flow: ``flush()``
+        says nothing is pending, this says whether what left was stored."""
+        with self._pipeline.refused_lock:
+            return str(flow_id) in self._pipeline.refused
+
     def stats(self) -> dict[str, int]:
         try:
             return self._pipeline.snapshot()
@@ -330,7 +349,8 @@ class ReasoningFlowRecorder(_Recording):
             return self._pipeline.idle()
         try:
             started = time.monotonic()
-            delivered = self.flush(timeout)
+            # While the server is known to be down, waiting for it only delays the exit: spool.
+            delivered = False if self._pipeline.attempt > 0 else self.flush(timeout)
             self._closed = True
             self._stopping.set()
             self._wake.set()
@@ -390,7 +410,7 @@ class ReasoningFlowRecorder(_Recording):
                 self._stopping.wait(1.0)
 
     def _deliver(self, batch: Batch) -> None:
-        verdict = self._send(batch.body, batch.steps, batch.flows)
+        verdict = self._send(batch.body, batch.steps)
         spill = self._pipeline.settle(batch, verdict)
         if verdict.retry:
             self._pipeline.write_to_spool(spill)
@@ -425,14 +445,14 @@ class ReasoningFlowRecorder(_Recording):
         body = self._pipeline.spool.read(spooled)
         if body is None:
             return True
-        verdict = self._send(body, spooled.steps, spooled.flows)
+        verdict = self._send(body, spooled.steps)
         self._pipeline.settle_spooled(spooled, verdict)
         if verdict.retry:
             self._stopping.wait(backoff(self._pipeline.attempt, verdict.retry_after))
             return False
         return True
 
-    def _send(self, body: bytes, steps: int, flows: int) -> Verdict:
+    def _send(self, body: bytes, steps: int) -> Verdict:
         unsendable = self._unsendable()
         if unsendable is not None:
             return unsendable
@@ -447,7 +467,7 @@ class ReasoningFlowRecorder(_Recording):
                 logging.WARNING, "unreachable", "reasoning flow server unreachable (%s): spooling", type(error).__name__
             )
             return Verdict(retry=True)
-        verdict = judge(response.status_code, response.content, body, response.headers.get("retry-after"), steps, flows)
+        verdict = judge(response.status_code, response.content, body, response.headers.get("retry-after"), steps)
         if verdict.retry:
             log_limited(
                 logging.WARNING, "retry-status", "reasoning flow server answered %d: spooling", response.status_code

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import Any
 
 import httpx
@@ -16,6 +17,12 @@ import httpx
 from reasoning_flow_sdk._log import log_limited
 
 PREFIX = "/admin/v1/reasoning"
+_ID = re.compile(r"/[0-9a-fA-F-]{32,36}(?=/|$)")
+
+
+def _route(path: str) -> str:
+    """The path without ids: what the log's rate limit keys on (ids would grow its memory)."""
+    return _ID.sub("/{id}", path)
 
 
 class ResearchLoopClient:
@@ -48,7 +55,7 @@ class ResearchLoopClient:
         except Exception as error:
             log_limited(
                 logging.WARNING,
-                f"research-{path}",
+                f"research-{method}-{_route(path)}",
                 "research loop %s %s failed: %s",
                 method,
                 path,
@@ -58,7 +65,7 @@ class ResearchLoopClient:
         if not 200 <= response.status_code < 300:
             log_limited(
                 logging.WARNING,
-                f"research-{path}-{response.status_code}",
+                f"research-{method}-{_route(path)}-{response.status_code}",
                 "research loop %s %s → %d: %s",
                 method,
                 path,
@@ -83,7 +90,8 @@ class ResearchLoopClient:
         return await self._call("POST", "/research/deeper-request", body)  # type: ignore[no-any-return]
 
     async def pull_next_research_request(self, trigger_type: str | None = None) -> dict[str, Any] | None:
-        """``POST …/research/backlog/next``: the oldest pending request, now dispatched (or None)."""
+        """``POST …/research/backlog/next``: the oldest pending request, now dispatched; None when
+        there is none, or on a failure (both mean: nothing to do now, ask again later)."""
         answer = await self._call(
             "POST", "/research/backlog/next", {"trigger_type": trigger_type} if trigger_type else {}
         )
