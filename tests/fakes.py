@@ -121,12 +121,19 @@ def serve_fake(state: F, path: str = "") -> Iterator[F]:
         def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
             pass
 
-    server = _QuietServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}{path}"
+    with _serving(Handler) as base:
+        state.url = base + path
+        yield state
+
+
+@contextmanager
+def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve ``handler`` on 127.0.0.1 (a free port) in a thread; yields the base URL."""
+    server = _QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield state
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
@@ -188,13 +195,6 @@ def serve_dropping_proxy(state: DroppingProxy) -> Iterator[DroppingProxy]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = _QuietServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with _serving(Handler) as base:
+        state.url = base
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
