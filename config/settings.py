@@ -144,7 +144,7 @@ TEMPLATES = [
                 "audit.context_processors.audit_chain_lag",
             ],
             # core/ is a plain package, not an app: its template tags are registered here.
-            "libraries": {"durations": "core.templatetags.durations"},
+            "libraries": {"durations": "core.templatetags.durations", "labels": "core.templatetags.labels"},
         },
     },
 ]

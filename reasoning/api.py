@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
-import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import Q, QuerySet
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -26,12 +19,12 @@ from rest_framework.throttling import BaseThrottle
 
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_flag, parse_limit, parse_uuid
-from core.errors import InvalidInput
-from core.labels import LABEL_PATTERN, label_validator
+from core.labels import LABEL_PATTERN
 from core.serializers import validated
 from reasoning import services
 from reasoning.access import CanReadNarrative, NarrativeReadThrottle, patient_of
 from reasoning.auth import BearerTokenAuthentication, CanWrite, IsAdmin, TokenPrincipal
+from reasoning.flow_search import PERIODS, SORTS, FlowSearch
 from reasoning.models import ApiToken, ReasoningFlow
 from reasoning.narrative import read_narrative
 from reasoning.serializers import (
@@ -350,6 +343,31 @@ FLOW_LIST_PARAMETERS = [
         description="Only flows created before this time (exclusive, so consecutive windows do not overlap).",
         examples=[OpenApiExample("Start of April", value="2026-04-01T00:00:00Z")],
     ),
+    OpenApiParameter(
+        "q",
+        str,
+        description="Free text: a prefix of the trace id or the trigger ref, or a flow id (whole, or its first "
+        "hex digits as the flow list shows them).",
+        examples=[OpenApiExample("A benchmark run", value="benchmark/run-7/")],
+    ),
+    OpenApiParameter("outcome_type", str, description="Only flows closed with this outcome type."),
+    OpenApiParameter(
+        "guard",
+        str,
+        description="The summary guard's result: `safe` (shown to patients), `blocked`, or `blocked:<rule>` "
+        "(e.g. `blocked:email`).",
+    ),
+    OpenApiParameter("has_patient", bool, description="Only flows with (`true`) or without (`false`) a patient."),
+    OpenApiParameter(
+        "period", str, enum=list(PERIODS), description="Only flows created in the last hour, day or week."
+    ),
+    OpenApiParameter(
+        "sort",
+        str,
+        enum=list(SORTS),
+        description="`newest` (default), `duration` (longest first), `steps` (most first), `confidence` "
+        "(lowest outcome confidence first).",
+    ),
     limit_parameter(default=50, maximum=MAX_FLOW_LIST),
     OpenApiParameter(
         "cursor",
@@ -358,8 +376,6 @@ FLOW_LIST_PARAMETERS = [
     ),
 ]
 LABEL_RE = re.compile(LABEL_PATTERN)
-# Exact-match filters on text columns: (query parameter, model field).
-FLOW_TEXT_FILTERS = [("trace_id", "trace_id"), ("agent", "agent"), ("session_id", "session_id")]
 
 
 class AdminFlowListView(ApiView):
@@ -371,9 +387,11 @@ class AdminFlowListView(ApiView):
         operation_id="admin_flows_list",
         summary="List flows (newest first)",
         description="Needs `reasoning.admin`. Not audited. Filter by `trace_id` to reconstruct an agent turn, "
-        "or by `agent`, `session_id`, `trigger_type`, `flow_state` and a `created_after`/`created_before` "
-        "window; filters combine (AND). Unknown query parameters are a 400. Ordered by `created_at` then `id`, "
-        "newest first. When more flows match than `limit`, the response carries `X-Next-Cursor` (and a "
+        "or by `q`, `agent`, `session_id`, `trigger_type`, `outcome_type`, `flow_state`, `guard`, `has_patient` "
+        "and a `period` or `created_after`/`created_before` window; filters combine (AND). Unknown query "
+        "parameters are a 400. Ordered by `sort` (default: newest first), ties by `created_at` then `id`; the "
+        "operators' flow list page runs the same search. When more flows match than `limit`, the response "
+        "carries `X-Next-Cursor` (and a "
         '`Link: <...>; rel="next"` header): send it back as `cursor` with the same filters for the next page.',
         parameters=[
             OpenApiParameter(
@@ -398,69 +416,15 @@ class AdminFlowListView(ApiView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        flows: QuerySet[ReasoningFlow] = ReasoningFlow.objects.order_by("-created_at", "-id")
-        for name, column in FLOW_TEXT_FILTERS:
-            if value := params.get(name):
-                if len(value) > 100 or "\x00" in value:
-                    raise InvalidInput("must be at most 100 characters, without NUL", field=name)
-                flows = flows.filter(**{column: value})
-        if trigger_type := params.get("trigger_type"):
-            if len(trigger_type) > 100 or not LABEL_RE.match(trigger_type):
-                raise InvalidInput(str(label_validator.message), field="trigger_type")
-            flows = flows.filter(trigger_type=trigger_type)
-        if state := params.get("flow_state"):
-            if state not in ReasoningFlow.State.values:
-                raise InvalidInput(f"must be one of {', '.join(ReasoningFlow.State.values)}", field="flow_state")
-            flows = flows.filter(flow_state=state)
-        if after := params.get("created_after"):
-            flows = flows.filter(created_at__gte=_parse_datetime(after, "created_after"))
-        if before := params.get("created_before"):
-            flows = flows.filter(created_at__lt=_parse_datetime(before, "created_before"))
+        search = FlowSearch.parse(params)
         limit = parse_limit(params.get("limit"), default=50, maximum=self.max_limit)
-        if cursor := params.get("cursor"):
-            flows = _after_cursor(flows, cursor)
-        # One row more than the page tells whether there is a next page, in the same query.
-        page = list(flows[: limit + 1])
-        response = Response([flow_representation(flow) for flow in page[:limit]])
-        if len(page) > limit:
-            next_cursor = _encode_cursor(page[limit - 1])
+        page, next_cursor = search.page(limit)
+        response = Response([flow_representation(flow) for flow in page])
+        if next_cursor is not None:
             query = urlencode({**{k: v for k, v in params.items() if k != "cursor"}, "cursor": next_cursor})
             response["X-Next-Cursor"] = next_cursor
             response["Link"] = f'<{request.build_absolute_uri(request.path)}?{query}>; rel="next"'
         return response
-
-
-def _parse_datetime(raw: str, field: str) -> datetime:
-    try:
-        value = parse_datetime(raw)
-    except ValueError:
-        value = None
-    if value is None:
-        raise InvalidInput("must be an ISO 8601 date-time, e.g. 2026-03-01T09:00:00Z", field=field)
-    if value.tzinfo is None:
-        raise InvalidInput("must carry a time zone offset, e.g. 2026-03-01T09:00:00Z", field=field)
-    return value
-
-
-# The cursor is the (created_at, id) of the last flow of the previous page, base64url-encoded
-# JSON: opaque to clients (its form may change), and keyset-based, so flows written between two
-# page reads never shift the next page.
-def _encode_cursor(flow: ReasoningFlow) -> str:
-    raw = json.dumps([flow.created_at.isoformat(), str(flow.id)], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _after_cursor(flows: QuerySet[ReasoningFlow], cursor: str) -> QuerySet[ReasoningFlow]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_text, id_text = json.loads(raw)
-        created_at = datetime.fromisoformat(created_text)
-        flow_id = uuid.UUID(id_text)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
-        raise InvalidInput("is not a cursor this route issued", field="cursor") from None
-    if created_at.tzinfo is None:
-        raise InvalidInput("is not a cursor this route issued", field="cursor")
-    return flows.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=flow_id))
 
 
 class AdminFlowDetailView(ApiView):

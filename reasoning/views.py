@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -23,11 +25,13 @@ from django.views.decorators.http import require_safe
 
 from core.access import is_operator, operator_required
 from core.actors import actor_for
-from core.errors import NotFound
+from core.errors import InvalidInput, NotFound
 from core.templatetags.durations import format_duration
-from reasoning import dag
+from reasoning import dag, summary_guard
 from reasoning.access import NarrativeReadThrottle, patient_of
 from reasoning.dimensions import is_radar
+from reasoning.flow_search import FlowSearch
+from reasoning.models import ReasoningFlow
 from reasoning.narrative import read_narrative
 from reasoning.services import FlowStepsPage, read_flow_page_for_admin
 
@@ -118,6 +122,67 @@ def admin_flow_page(request: HttpRequest, flow_id: uuid.UUID) -> HttpResponse:
         "last_position": last_position if steps else 0,
     }
     return render(request, "reasoning/admin_flow.html", context)
+
+
+FLOW_LIST_PAGE = 50
+GUARD_CHOICES = [("", "any"), ("safe", "safe for patients"), ("blocked", "blocked (any rule)")] + [
+    (f"blocked:{rule}", f"blocked: {rule}") for rule in summary_guard.RULES
+]
+STATE_CHOICES = [("", "any"), *((state, state) for state in ReasoningFlow.State.values)]
+PERIOD_CHOICES = [("", "any time"), ("1h", "last hour"), ("24h", "last 24 h"), ("7d", "last 7 days")]
+SORT_CHOICES = [
+    ("newest", "newest"),
+    ("duration", "longest"),
+    ("steps", "most steps"),
+    ("confidence", "lowest confidence"),
+]
+PATIENT_CHOICES = [("", "any"), ("true", "with a patient"), ("false", "without")]
+
+
+@operator_required
+@require_safe
+def admin_flow_list_page(request: HttpRequest) -> HttpResponse:
+    """The operators' flow list: the admin flow route's search (``reasoning.flow_search``) as a
+    page. The filters live in the URL with the API's parameter names, so a reload or a shared
+    link shows the same list; an htmx request (the form as it changes) gets the results only.
+    Not audited, like the route: it shows metadata, never a step's text."""
+    error: str | None = None
+    try:
+        search = FlowSearch.parse(request.GET)
+    except InvalidInput as exc:
+        error = f"{exc.field}: {exc.detail}" if exc.field else exc.detail
+        search = FlowSearch()
+    flows, next_cursor = search.page(FLOW_LIST_PAGE)
+    now = timezone.now()
+    context = {
+        "search": search,
+        "values": search.params(cursor=""),
+        "error": error,
+        "flows": [_flow_row(flow, now) for flow in flows],
+        "summary": search.summary(),
+        "now": now,
+        "next_url": "?" + urlencode(search.params(cursor=next_cursor)) if next_cursor else None,
+        "first_url": "?" + urlencode(search.params(cursor="")) if search.cursor else None,
+        "choices": {
+            "flow_state": STATE_CHOICES,
+            "guard": GUARD_CHOICES,
+            "period": PERIOD_CHOICES,
+            "sort": SORT_CHOICES,
+            "has_patient": PATIENT_CHOICES,
+        },
+    }
+    template = "reasoning/_flow_list_results.html" if request.headers.get("HX-Request") else "reasoning/flow_list.html"
+    return render(request, template, context)
+
+
+def _flow_row(flow: ReasoningFlow, now: datetime) -> dict[str, Any]:
+    end = flow.closed_at or now
+    return {
+        "flow": flow,
+        "short_id": flow.id.hex[:8],
+        "duration": (end - flow.created_at).total_seconds(),
+        "running": flow.closed_at is None,
+    }
 
 
 def _step_href(position: int, read: FlowStepsPage) -> str:

@@ -8,9 +8,10 @@ app); views that build the text in Python call ``format_duration``.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django import template
+from django.utils import timezone
 
 register = template.Library()
 
@@ -42,3 +43,18 @@ def format_duration(value: float | timedelta, style: str = "precise") -> str:
 @register.filter(name="duration")
 def duration_filter(value: float | timedelta | None, style: str = "precise") -> str:
     return "" if value is None else format_duration(value, style)
+
+
+@register.filter(name="age")
+def age_filter(moment: datetime | None, now: datetime | None = None) -> str:
+    """How long ago, coarsely and consistently: "just now", "3 min ago", "5 h ago", "2 d ago"."""
+    if moment is None:
+        return ""
+    seconds = ((now or timezone.now()) - moment).total_seconds()
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    return f"{int(seconds // 86400)} d ago"

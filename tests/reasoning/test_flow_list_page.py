@@ -1,0 +1,277 @@
+"""/dashboard/admin/reasoning/flows: the operators' flow list, and the search it shares with
+GET /admin/v1/reasoning/flows (filters, orders, keyset pages, the summary strip)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from patients.models import Patient
+from tests.html import parse
+
+pytestmark = pytest.mark.django_db
+
+PAGE = "/dashboard/admin/reasoning/flows"
+API = "/admin/v1/reasoning/flows"
+
+
+def ingest_flow(
+    writer: APIClient,
+    /,
+    *,
+    ago: timedelta = timedelta(minutes=5),
+    seconds: float | None = 2.0,
+    steps: int = 2,
+    confidence: float = 0.9,
+    summary: str = "Reviewed the evidence",
+    **fields: Any,
+) -> str:
+    """One flow through the ingest route, begun ``ago`` and lasting ``seconds`` (None: still open)."""
+    started = timezone.now() - ago
+    item: dict[str, Any] = {
+        "id": str(uuid.uuid4()),
+        "trigger_type": "user_question",
+        "agent": "researcher",
+        "started_at": started.isoformat(),
+        "steps": [
+            {
+                "kind": "retrieval",
+                "agent": fields.get("agent", "researcher"),
+                "summary_text": summary,
+                "confidence": confidence,
+            }
+            for _ in range(steps)
+        ],
+        **fields,
+    }
+    if seconds is not None:
+        item["close"] = {
+            "flow_state": "completed",
+            "outcome_type": "recommendation_delivered",
+            "ended_at": (started + timedelta(seconds=seconds)).isoformat(),
+        }
+    answer = writer.post("/api/reasoning/ingest", {"flows": [item]}, format="json").json()
+    assert answer["created"] == 1, answer
+    return str(item["id"])
+
+
+def listed(response: Any) -> list[str]:
+    """The flow ids of the page's table, in order."""
+    assert response.status_code == 200, response.content
+    return [row.attrs["data-flow"] for row in parse(response.content).select("tr") if "data-flow" in row.attrs]
+
+
+def api_ids(response: Any) -> list[str]:
+    assert response.status_code == 200, response.content
+    return [item["id"] for item in response.json()]
+
+
+def test_operators_see_the_newest_flows_first_with_their_facts(operator_client: Client, agent: APIClient) -> None:
+    older = ingest_flow(agent, ago=timedelta(hours=2), trigger_ref="bench/run-1/case-1")
+    newer = ingest_flow(agent, ago=timedelta(minutes=3), seconds=None, steps=1)
+
+    response = operator_client.get(PAGE)
+
+    assert listed(response) == [newer, older]
+    page = parse(response.content)
+    row = page.one("tr", data_flow=older)
+    assert row.one("a", title=older).attrs["href"] == f"/dashboard/admin/reasoning/{older}"
+    assert row.one("code").text == uuid.UUID(older).hex[:8]
+    assert row.one("button", cls="copy").attrs["data-copy"] == older
+    assert "bench/run-1/case-1" in row.text and "completed" in row.text
+    assert "2.0 s" in row.text and "2 h ago" in row.text
+    open_row = page.one("tr", data_flow=newer).text
+    assert "active" in open_row and "so far" in open_row and "3 min ago" in open_row
+    assert page.one(data_summary="total").text == "2"
+    assert page.one(data_summary="states").text == "1 / 0 / 1"
+
+
+def test_every_operator_page_links_to_the_list(operator_client: Client) -> None:
+    page = parse(operator_client.get("/dashboard/admin/research-console").content)
+    assert page.select("a", href=PAGE)
+
+
+def test_only_operators_may_open_it(patient_client: Client, client: Client) -> None:
+    assert patient_client.get(PAGE).status_code == 403
+    assert client.get(PAGE).status_code in (302, 403)
+
+
+def test_filters_combine_and_stay_in_the_url(operator_client: Client, agent: APIClient) -> None:
+    critic = ingest_flow(agent, agent="critic", trigger_type="claim_review")
+    ingest_flow(agent, agent="critic")
+    ingest_flow(agent, agent="researcher", trigger_type="claim_review")
+
+    response = operator_client.get(PAGE, {"agent": "critic", "trigger_type": "claim_review"})
+
+    assert listed(response) == [critic]
+    page = parse(response.content)
+    assert page.one("input", name="agent").attrs["value"] == "critic"
+    assert page.one("input", name="trigger_type").attrs["value"] == "claim_review"
+
+
+def test_free_text_matches_a_ref_prefix_a_trace_id_prefix_or_a_short_id(
+    operator_client: Client, agent: APIClient
+) -> None:
+    by_ref = ingest_flow(agent, trigger_ref="benchmark/run-7/case-3")
+    by_trace = ingest_flow(agent, trace_id="turn-abc-123")
+    other = ingest_flow(agent, trigger_ref="chat/1")
+
+    assert listed(operator_client.get(PAGE, {"q": "benchmark/run-7/"})) == [by_ref]
+    assert listed(operator_client.get(PAGE, {"q": "turn-abc"})) == [by_trace]
+    assert listed(operator_client.get(PAGE, {"q": uuid.UUID(other).hex[:8]})) == [other]
+    assert listed(operator_client.get(PAGE, {"q": other})) == [other]
+
+
+def test_guard_patient_and_period_filters(
+    operator_client: Client, agent: APIClient, consenting_patient: Patient
+) -> None:
+    blocked = ingest_flow(agent, summary="Wrote to jane.roe@example.com")
+    with_patient = ingest_flow(agent, patient_id=str(consenting_patient.pk))
+    old = ingest_flow(agent, ago=timedelta(days=3))
+
+    assert listed(operator_client.get(PAGE, {"guard": "blocked"})) == [blocked]
+    assert listed(operator_client.get(PAGE, {"guard": "blocked:email"})) == [blocked]
+    assert listed(operator_client.get(PAGE, {"guard": "blocked:ssn"})) == []
+    assert set(listed(operator_client.get(PAGE, {"guard": "safe"}))) == {with_patient, old}
+    assert listed(operator_client.get(PAGE, {"has_patient": "true"})) == [with_patient]
+    assert old not in listed(operator_client.get(PAGE, {"period": "24h"}))
+    assert old in listed(operator_client.get(PAGE, {"period": "7d"}))
+    blocked_row = parse(operator_client.get(PAGE, {"guard": "blocked"}).content).one("tr", data_flow=blocked)
+    assert "blocked: email" in blocked_row.text
+    assert "jane.roe" not in operator_client.get(PAGE).content.decode()  # rule names, never the text
+
+
+@pytest.mark.parametrize(
+    ("sort", "expected"),
+    [
+        ("duration", ["long", "mid", "short", "open"]),
+        ("steps", ["long", "short", "mid", "open"]),
+        ("confidence", ["mid", "short", "long", "open"]),
+    ],
+)
+def test_sorts_page_through_every_flow_once(
+    operator: APIClient, agent: APIClient, sort: str, expected: list[str]
+) -> None:
+    made = {
+        "long": ingest_flow(agent, seconds=90, steps=5, confidence=0.8),
+        "mid": ingest_flow(agent, seconds=30, steps=1, confidence=0.4),
+        "short": ingest_flow(agent, seconds=1, steps=3, confidence=0.6),
+        "open": ingest_flow(agent, seconds=None, steps=0),
+    }
+    names = {flow_id: name for name, flow_id in made.items()}
+
+    seen: list[str] = []
+    params: dict[str, str] = {"sort": sort, "limit": "1"}
+    for _ in range(10):
+        response = operator.get(API, params)
+        seen += api_ids(response)
+        cursor = response.headers.get("X-Next-Cursor")
+        if not cursor:
+            break
+        params["cursor"] = cursor
+
+    assert [names[flow_id] for flow_id in seen] == expected
+
+
+def test_bad_filters_are_named_on_the_page_and_400_in_the_api(operator_client: Client, operator: APIClient) -> None:
+    page = parse(operator_client.get(PAGE, {"sort": "sideways"}).content)
+    assert "sort: must be one of newest, duration, steps, confidence" in page.one(role="alert").text
+
+    for params, field in [
+        ({"sort": "sideways"}, "sort"),
+        ({"guard": "maybe"}, "guard"),
+        ({"period": "1y"}, "period"),
+        ({"has_patient": "perhaps"}, "has_patient"),
+        ({"outcome_type": "not a label"}, "outcome_type"),
+        ({"sort": "steps", "cursor": "bm90LWEtY3Vyc29y"}, "cursor"),
+    ]:
+        response = operator.get(API, params)
+        assert response.status_code == 400, params
+        assert field in response.json(), (params, response.json())
+
+
+def test_a_cursor_of_one_sort_is_refused_by_another(operator: APIClient, agent: APIClient) -> None:
+    ingest_flow(agent)
+    ingest_flow(agent)
+    cursor = operator.get(API, {"limit": "1"}).headers["X-Next-Cursor"]
+
+    response = operator.get(API, {"limit": "1", "sort": "duration", "cursor": cursor})
+
+    assert response.status_code == 400
+    assert "cursor" in response.json()
+
+
+def test_the_next_page_link_keeps_the_filters(operator_client: Client, agent: APIClient) -> None:
+    made = [ingest_flow(agent, agent="critic", ago=timedelta(minutes=n + 1)) for n in range(55)]
+    ingest_flow(agent, agent="researcher")
+
+    first = parse(operator_client.get(PAGE, {"agent": "critic"}).content)
+    next_link = first.one("a", rel="next").attrs["href"]
+    second = operator_client.get(PAGE + next_link)
+
+    assert "agent=critic" in next_link
+    assert len([row for row in first.select("tr") if "data-flow" in row.attrs]) == 50
+    assert listed(second) == made[50:]
+
+
+def test_an_htmx_request_gets_the_results_only(operator_client: Client, agent: APIClient) -> None:
+    flow_id = ingest_flow(agent)
+
+    response = operator_client.get(PAGE, {"agent": "researcher"}, HTTP_HX_REQUEST="true")
+
+    assert listed(response) == [flow_id]
+    assert b"<html" not in response.content and b"<form" not in response.content
+
+
+def test_the_summary_strip_covers_the_whole_filtered_set(operator_client: Client, agent: APIClient) -> None:
+    for seconds in (1, 2, 3, 4):
+        ingest_flow(agent, seconds=seconds)
+    ingest_flow(agent, seconds=None)
+    ingest_flow(agent, summary="Called 555-123-4567 for the results")
+
+    page = parse(operator_client.get(PAGE).content)
+
+    assert page.one(data_summary="total").text == "6"
+    assert page.one(data_summary="states").text == "5 / 0 / 1"
+    assert page.one(data_summary="blocked").text == "20 %"
+    # percentile_cont over the closed flows' durations 1, 2, 2, 3, 4 s.
+    assert page.one(data_summary="duration").text == "2.0 s / 3.8 s"
+
+
+def test_the_query_count_does_not_grow_with_the_page(operator_client: Client, agent: APIClient) -> None:
+    def count(flows: int) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert len(listed(operator_client.get(PAGE))) == flows
+        return len(captured.captured_queries)
+
+    ingest_flow(agent)
+    few = count(1)
+    for _ in range(30):
+        ingest_flow(agent)
+    # Expect the same queries for 1 and 31 flows: the session and user, the page, the summary.
+    assert count(31) == few
+
+
+def test_the_flow_page_links_its_trace_to_the_list(operator_client: Client, agent: APIClient) -> None:
+    flow_id = ingest_flow(agent, trace_id="turn-xyz")
+
+    page = parse(operator_client.get(f"/dashboard/admin/reasoning/{flow_id}").content)
+
+    assert page.select("a", href=f"{PAGE}?trace_id=turn-xyz")
+    assert listed(operator_client.get(PAGE, {"trace_id": "turn-xyz"})) == [flow_id]
+
+
+def test_labels_wrap_only_at_separators(operator_client: Client, agent: APIClient) -> None:
+    ingest_flow(agent, trigger_type="user_question_followup")
+
+    html = operator_client.get(PAGE).content.decode()
+
+    assert "user_<wbr>question_<wbr>followup" in html
