@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test lint fmt setup db browser wrk bench bench-matcher clean
+.PHONY: run stop test lint fmt setup db browser wrk bench bench-matcher bench-flow-list clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,11 @@ bench: db wrk $(BENCH_TOOLS)/bin/py-spy
 	$(BIN)/python scripts/bench_write_path.py
 	$(BIN)/python scripts/bench_ingest.py
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py
+	$(BIN)/python scripts/bench_flow_list.py
+
+# The operators' flow list over 1,000,000 flows (server time in process).
+bench-flow-list: db
+	$(BIN)/python scripts/bench_flow_list.py
 
 bench-matcher: db $(BENCH_TOOLS)/bin/py-spy
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py

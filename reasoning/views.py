@@ -10,6 +10,7 @@ through ``read_flow_page_for_admin``. Every page works without JavaScript.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from collections.abc import Sequence
@@ -18,8 +19,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
@@ -159,7 +162,7 @@ def admin_flow_list_page(request: HttpRequest) -> HttpResponse:
         "values": search.params(cursor=""),
         "error": error,
         "flows": [_flow_row(flow, now) for flow in flows],
-        "summary": search.summary(),
+        "summary_url": reverse("admin-flow-list-summary") + "?" + urlencode(search.params(cursor="", sort="newest")),
         "now": now,
         "next_url": "?" + urlencode(search.params(cursor=next_cursor)) if next_cursor else None,
         "first_url": "?" + urlencode(search.params(cursor="")) if search.cursor else None,
@@ -173,6 +176,29 @@ def admin_flow_list_page(request: HttpRequest) -> HttpResponse:
     }
     template = "reasoning/_flow_list_results.html" if request.headers.get("HX-Request") else "reasoning/flow_list.html"
     return render(request, template, context)
+
+
+SUMMARY_CACHE_SECONDS = 60
+
+
+@operator_required
+@require_safe
+def admin_flow_list_summary(request: HttpRequest) -> HttpResponse:
+    """The flow list's summary strip, on its own: counting a large filtered set takes longer than
+    a page of it, so the list does not wait for it (htmx loads it after the rows). Cached for a
+    minute per filter set: the counts may be up to a minute old."""
+    try:
+        search = FlowSearch.parse(request.GET)
+    except InvalidInput as exc:
+        return render(request, "reasoning/_flow_list_summary.html", {"error": exc.detail}, status=400)
+    key = (
+        "flow-list-summary:" + hashlib.sha256(urlencode(sorted(search.params(cursor="").items())).encode()).hexdigest()
+    )
+    summary = cache.get(key)
+    if summary is None:
+        summary = search.summary()
+        cache.set(key, summary, SUMMARY_CACHE_SECONDS)
+    return render(request, "reasoning/_flow_list_summary.html", {"summary": summary})
 
 
 def _flow_row(flow: ReasoningFlow, now: datetime) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import time_machine
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -20,6 +21,7 @@ from tests.html import parse
 pytestmark = pytest.mark.django_db
 
 PAGE = "/dashboard/admin/reasoning/flows"
+SUMMARY = "/dashboard/admin/reasoning/flows/summary"
 API = "/admin/v1/reasoning/flows"
 
 
@@ -90,8 +92,9 @@ def test_operators_see_the_newest_flows_first_with_their_facts(operator_client: 
     assert "2.0 s" in row.text and "2 h ago" in row.text
     open_row = page.one("tr", data_flow=newer).text
     assert "active" in open_row and "so far" in open_row and "3 min ago" in open_row
-    assert page.one(data_summary="total").text == "2"
-    assert page.one(data_summary="states").text == "1 / 0 / 1"
+    summary = parse(operator_client.get(page.one(id="flow-summary").attrs["hx-get"]).content)
+    assert summary.one(data_summary="total").text == "2"
+    assert summary.one(data_summary="states").text == "1 / 0 / 1"
 
 
 def test_every_operator_page_links_to_the_list(operator_client: Client) -> None:
@@ -237,13 +240,28 @@ def test_the_summary_strip_covers_the_whole_filtered_set(operator_client: Client
     ingest_flow(agent, seconds=None)
     ingest_flow(agent, summary="Called 555-123-4567 for the results")
 
-    page = parse(operator_client.get(PAGE).content)
+    page = parse(operator_client.get(SUMMARY).content)
 
     assert page.one(data_summary="total").text == "6"
     assert page.one(data_summary="states").text == "5 / 0 / 1"
     assert page.one(data_summary="blocked").text == "20 %"
     # percentile_cont over the closed flows' durations 1, 2, 2, 3, 4 s.
     assert page.one(data_summary="duration").text == "2.0 s / 3.8 s"
+
+
+def test_the_summary_follows_the_filters_and_is_cached_for_a_minute(operator_client: Client, agent: APIClient) -> None:
+    ingest_flow(agent, agent="critic")
+    ingest_flow(agent, agent="researcher")
+    page = parse(operator_client.get(PAGE, {"agent": "critic", "sort": "steps"}).content)
+    url = page.one(id="flow-summary").attrs["hx-get"]
+
+    assert url == f"{SUMMARY}?agent=critic"  # the order does not change the counts
+    assert parse(operator_client.get(url).content).one(data_summary="total").text == "1"
+    ingest_flow(agent, agent="critic")
+    assert parse(operator_client.get(url).content).one(data_summary="total").text == "1"
+    with time_machine.travel(timezone.now() + timedelta(seconds=61)):
+        assert parse(operator_client.get(url).content).one(data_summary="total").text == "2"
+    assert operator_client.get(SUMMARY, {"guard": "maybe"}).status_code == 400
 
 
 def test_the_query_count_does_not_grow_with_the_page(operator_client: Client, agent: APIClient) -> None:
@@ -256,7 +274,7 @@ def test_the_query_count_does_not_grow_with_the_page(operator_client: Client, ag
     few = count(1)
     for _ in range(30):
         ingest_flow(agent)
-    # Expect the same queries for 1 and 31 flows: the session and user, the page, the summary.
+    # Expect the same queries for 1 and 31 flows: the session, the user, the page of flows.
     assert count(31) == few
 
 
