@@ -240,10 +240,27 @@ PAGE_STEP_FIELDS = (
     "span_id",
     "reasoning_content_chars",
     "created_at",
+    "started_at",
+    # The names of the keys held encrypted (never their values).
+    "pii_fields",
 )
 STEPS_PER_PAGE = 100
+
+
 # The positions of a step's extra parents: a correlated subquery of primary-key lookups,
 # in raw SQL because the ORM cannot say "id = ANY(outer array)".
+# The shape of a step's inputs or outputs, masked: each top-level key with its JSON type
+# ("query:string"), computed in the database so the values never reach the page.
+_INPUT_SHAPE = RawSQL(
+    "ARRAY(SELECT key || ':' || jsonb_typeof(value) FROM jsonb_each(reasoning_step.inputs) ORDER BY key)",
+    (),
+    output_field=ArrayField(models.CharField()),
+)
+_OUTPUT_SHAPE = RawSQL(
+    "ARRAY(SELECT key || ':' || jsonb_typeof(value) FROM jsonb_each(reasoning_step.outputs) ORDER BY key)",
+    (),
+    output_field=ArrayField(models.CharField()),
+)
 _EXTRA_PARENT_POSITIONS = RawSQL(
     "ARRAY(SELECT parent.position FROM reasoning_step parent"
     " WHERE parent.id = ANY(reasoning_step.extra_parent_ids) ORDER BY parent.position)",
@@ -255,7 +272,8 @@ _EXTRA_PARENT_POSITIONS = RawSQL(
 @dataclass(frozen=True)
 class FlowStepsPage:
     flow: ReasoningFlow
-    # PAGE_STEP_FIELDS plus parent_position and extra_parent_positions, in position order.
+    # PAGE_STEP_FIELDS plus parent_position, extra_parent_positions and the masked input_shape and
+    # output_shape ("key:type" each), in position order.
     steps: list[dict[str, Any]]
     page: int
     page_count: int
@@ -292,6 +310,8 @@ def read_flow_page_for_admin(
             *PAGE_STEP_FIELDS,
             parent_position=F("parent_step__position"),
             extra_parent_positions=_EXTRA_PARENT_POSITIONS,
+            input_shape=_INPUT_SHAPE,
+            output_shape=_OUTPUT_SHAPE,
         )
     )
     record(Action.ADMIN_FLOW_READ, actor=actor, target=flow, payload={"step_count": len(steps), "page": page})

@@ -30,7 +30,7 @@ from core.access import is_operator, operator_required
 from core.actors import actor_for
 from core.errors import InvalidInput, NotFound
 from core.templatetags.durations import format_duration
-from reasoning import dag, summary_guard
+from reasoning import dag, summary_guard, waterfall
 from reasoning.access import NarrativeReadThrottle, patient_of
 from reasoning.dimensions import is_radar
 from reasoning.flow_search import FlowSearch
@@ -110,12 +110,17 @@ def admin_flow_page(request: HttpRequest, flow_id: uuid.UUID) -> HttpResponse:
         return _flow_not_found(request)
 
     flow = read.flow
-    steps = [_timeline_entry(step, read) for step in read.steps]
+    blocked = flow.patient_safe_summary is False
+    steps = [_timeline_entry(step, read, check_guard=blocked) for step in read.steps]
     last_position = read.first_position + len(steps) - 1
+    now = timezone.now()
     context = {
         "flow": flow,
+        "blocked": blocked,
+        "blocked_steps": [step for step in steps if step["guard_rule"]],
+        "waterfall": waterfall.layout(flow.created_at, flow.closed_at or now, steps) if steps else None,
         "radar": is_radar(flow.dimensions_snapshot),
-        "duration": format_duration((flow.closed_at or timezone.now()) - flow.created_at),
+        "duration": format_duration((flow.closed_at or now) - flow.created_at),
         "steps": steps,
         "graph": _graph(read, steps),
         "box": {"width": dag.NODE_WIDTH, "height": dag.NODE_HEIGHT},
@@ -217,16 +222,26 @@ def _step_href(position: int, read: FlowStepsPage) -> str:
     return f"#step-{position}" if page == read.page else f"?page={page}#step-{position}"
 
 
-def _timeline_entry(step: dict[str, Any], read: FlowStepsPage) -> dict[str, Any]:
+def _timeline_entry(step: dict[str, Any], read: FlowStepsPage, *, check_guard: bool) -> dict[str, Any]:
     parents = ([step["parent_position"]] if step["parent_position"] is not None else []) + list(
         step["extra_parent_positions"]
     )
+    # On a blocked flow, which steps' summaries the guard refuses (the rule's name, never the text).
+    guard = summary_guard.check_summary(step["summary_text"]) if check_guard else None
     return {
         **step,
         "parents": [{"position": p, "href": _step_href(p, read)} for p in parents],
         "merge": len(parents) > 1,
         "back_refs": [(label, step[field]) for field, label in BACK_REFS if step[field]],
+        "guard_rule": guard.rule if guard is not None and not guard.ok else "",
+        "inputs": [_masked_entry(entry) for entry in step["input_shape"]],
+        "outputs": [_masked_entry(entry) for entry in step["output_shape"]],
     }
+
+
+def _masked_entry(entry: str) -> tuple[str, str]:
+    key, _, kind = entry.rpartition(":")
+    return key, kind
 
 
 def _graph(read: FlowStepsPage, steps: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -87,3 +87,36 @@ def test_the_list_fits_a_phone(page: Page, screenshot: Screenshot) -> None:
     expect(page.locator("tr[data-flow]")).to_have_count(3)
     assert_no_sideways_scroll(page)
     screenshot(page, "phone")
+
+
+def test_the_waterfall_bars_match_the_latencies(page: Page, screenshot: Screenshot) -> None:
+    seed_operator()
+    flow, _ = services.start_flow({"trigger_type": "user_question", "agent": "researcher"}, actor=ACTOR)
+    began = flow.created_at
+    steps = [
+        {
+            "kind": kind,
+            "agent": "researcher",
+            "summary_text": f"Ran the {kind} step",
+            "latency_ms": latency,
+            "started_at": began + timedelta(milliseconds=offset),
+        }
+        for kind, offset, latency in (("retrieval", 0, 400), ("llm_prompt", 400, 800), ("verdict", 1200, 200))
+    ]
+    services.add_steps(flow.pk, steps, actor=ACTOR)
+    log_in(page, *OPERATOR)
+
+    page.goto(f"/dashboard/admin/reasoning/{flow.pk}")
+
+    widths = page.locator("svg.waterfall rect.waterfall-bar").evaluate_all(
+        "bars => bars.map(bar => bar.getBoundingClientRect().width)"
+    )
+    assert widths[1] == pytest.approx(2 * widths[0], rel=0.02)
+    assert widths[0] == pytest.approx(2 * widths[2], rel=0.02)
+    svg_width = page.locator("svg.waterfall").evaluate("svg => svg.getBoundingClientRect().width")
+    panel_width = page.locator("#waterfall").evaluate("panel => panel.clientWidth")
+    assert svg_width > 0.9 * (panel_width - 40)  # the drawing uses the panel's width
+    screenshot(page, "desktop")
+    page.set_viewport_size(PHONE)
+    assert_no_sideways_scroll(page)
+    screenshot(page, "phone")
