@@ -18,6 +18,9 @@ from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from audit.admin import ReadOnlyAdmin, ServiceAdmin
 from core.errors import Conflict
@@ -56,7 +59,7 @@ FLOW_ADMIN_FIELDS = tuple("patient" if name == "patient_id" else name for name i
 @admin.register(ReasoningFlow)
 class ReasoningFlowAdmin(ReadOnlyAdmin):
     list_display = (
-        "id",
+        "short_id",
         "trigger_type",
         "agent",
         "flow_state",
@@ -64,14 +67,31 @@ class ReasoningFlowAdmin(ReadOnlyAdmin):
         "outcome_type",
         "patient_safe_summary",
         "created_at",
+        "flow_page",
     )
-    list_filter = ("flow_state", "trigger_type", "patient_safe_summary")
+    list_display_links = ("short_id",)
+    list_filter = (
+        "flow_state",
+        ("created_at", admin.DateFieldListFilter),
+        "agent",
+        "trigger_type",
+        "patient_safe_summary",
+    )
     search_fields = ("id", "trace_id")
     search_help_text = "Exact flow id or trace id."
     ordering = ("-created_at",)
     fields = FLOW_ADMIN_FIELDS
     readonly_fields = FLOW_ADMIN_FIELDS
     inlines = (StepInline,)
+
+    @admin.display(description="flow", ordering="id")
+    def short_id(self, flow: ReasoningFlow) -> SafeString:
+        # Eight hex digits fit the column; the full id is on hover (and the list page's search takes either).
+        return format_html('<code title="{}">{}</code>', flow.pk, flow.pk.hex[:8])
+
+    @admin.display(description="page")
+    def flow_page(self, flow: ReasoningFlow) -> SafeString:
+        return format_html('<a href="{}">Open flow page</a>', reverse("admin-flow-page", args=[flow.pk]))
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[ReasoningFlow], search_term: str

@@ -6,6 +6,7 @@ import hashlib
 import html
 import json
 import re
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ from patients.services import create_patient
 from reasoning.models import ApiToken, ReasoningFlow
 from reasoning.services import create_api_token
 from tests.factories import add_step, logged_in
-from tests.html import parse
+from tests.html import doc, parse
 
 pytestmark = pytest.mark.django_db
 
@@ -181,6 +182,26 @@ def test_flow_search_matches_exact_id_or_trace_id(admin_client: Client, agent: A
 
     assert first["id"] in by_trace and second["id"] not in by_trace
     assert second["id"] in by_id and first["id"] not in by_id
+
+
+def test_flow_list_has_a_compact_id_agent_and_date_filters_and_a_page_link(
+    admin_client: Client, agent: APIClient
+) -> None:
+    critic = agent.post("/api/reasoning/flows", {"trigger_type": "a", "agent": "critic"}, format="json").json()
+    other = agent.post("/api/reasoning/flows", {"trigger_type": "a", "agent": "researcher"}, format="json").json()
+
+    listing = doc(admin_client.get("/admin/reasoning/reasoningflow/", {"agent": "critic"}))
+    (week,) = [a.attrs["href"] for a in listing.one(id="changelist-filter").select("a") if a.text == "Past 7 days"]
+    this_week = doc(admin_client.get("/admin/reasoning/reasoningflow/" + week))
+
+    compact = listing.one("code", title=critic["id"])
+    assert compact.text == uuid.UUID(critic["id"]).hex[:8]
+    assert listing.select("a", href=f"/dashboard/admin/reasoning/{critic['id']}")
+    assert not listing.select("code", title=other["id"])
+    assert this_week.select("code", title=critic["id"])  # the week's link keeps the agent filter
+    assert not this_week.select("code", title=other["id"])
+    filters = listing.one(id="changelist-filter").text
+    assert "By agent" in filters and "By created at" in filters and "Past 7 days" in filters
 
 
 # --- API tokens: created and revoked through the services ---------------------------
