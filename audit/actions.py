@@ -21,6 +21,7 @@ class Action(StrEnum):
     ADMIN_FLOW_READ = "admin.reasoning.flow.read"
     ADMIN_FLOW_REASONING_READ = "admin.reasoning.flow.reasoning_content_read"
     PATIENT_FLOW_READ = "patient.reasoning.flow.read"
+    PATIENT_FLOWS_LISTED = "patient.reasoning.flows.listed"
 
     # Pathway library
     PATHWAY_EXTRACTED = "reasoning.pathway.extracted"

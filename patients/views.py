@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST, require_safe
 from django_htmx.middleware import HtmxDetails
 
 from core.actors import user_actor
+from core.panels import page_context
 from patients.access import patient_for_user
 from patients.services import set_reasoning_read_consent
 
@@ -33,7 +34,9 @@ def profile_page(request: HttpRequest) -> HttpResponse:
     patient = patient_for_user(request.user)
     if patient is None:
         return render(request, "patients/no_patient.html")
-    return render(request, "patients/profile.html", {"patient": patient})
+    # Panels other apps own (the reasoning app's "Your decisions"): core.panels.
+    panels, status = page_context("patient-profile", request)
+    return render(request, "patients/profile.html", {"patient": patient, **panels}, status=status)
 
 
 @login_required

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -177,3 +178,51 @@ def patient_dimensions(flow: ReasoningFlow) -> dict[str, Any]:
             for axis in AXES
         ],
     }
+
+
+# --- "Your decisions": the patient's own flows, on their profile ------------------------------
+
+YOUR_DECISIONS_LIMIT = 50
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    flow_id: uuid.UUID
+    created_at: datetime
+    status: str  # ready, in_progress, ask_care_team, stopped
+    # The trigger summary, only when the guard passed every summary of the flow; else None.
+    summary: str | None
+
+
+@transaction.atomic
+def list_decisions(patient: Patient, *, actor: str, limit: int = YOUR_DECISIONS_LIMIT) -> list[DecisionRow]:
+    """The patient's newest decisions with a plain status, audited like a narrative read (one
+    event with the count). Only this patient's flows; a summary only where the guard passed."""
+    flows = list(
+        ReasoningFlow.objects.filter(patient_id=patient.pk)
+        .order_by("-created_at", "-id")
+        .only("id", "created_at", "flow_state", "patient_safe_summary", "trigger_summary")[:limit]
+    )
+    record(
+        Action.PATIENT_FLOWS_LISTED,
+        actor=actor,
+        target=patient,
+        payload={"count": len(flows), "consent": patient.reasoning_read_consent},
+    )
+    return [
+        DecisionRow(
+            flow_id=flow.pk,
+            created_at=flow.created_at,
+            status=_status(flow),
+            summary=flow.trigger_summary or None if flow.patient_safe_summary else None,
+        )
+        for flow in flows
+    ]
+
+
+def _status(flow: ReasoningFlow) -> str:
+    if flow.is_active:
+        return "in_progress"
+    if flow.flow_state == ReasoningFlow.State.ABORTED:
+        return "stopped"
+    return "ready" if flow.patient_safe_summary else "ask_care_team"

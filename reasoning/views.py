@@ -35,7 +35,7 @@ from reasoning.access import NarrativeReadThrottle, patient_of
 from reasoning.dimensions import is_radar
 from reasoning.flow_search import FlowSearch
 from reasoning.models import ReasoningFlow
-from reasoning.narrative import read_narrative
+from reasoning.narrative import list_decisions, read_narrative
 from reasoning.services import FlowStepsPage, read_flow_page_for_admin
 
 
@@ -65,6 +65,28 @@ def narrative_page(request: HttpRequest, decision_id: uuid.UUID) -> HttpResponse
         # unsafe_summary, not_patient, and any reason added later: the cautious wording.
         template = "reasoning/narrative_ask_care_team.html"
     return render(request, template, {"narrative": narrative.body}, status=narrative.status)
+
+
+DECISION_STATUS = {
+    "ready": "Ready to read",
+    "in_progress": "Still working on this",
+    "ask_care_team": "Please ask your care team about this one",
+    "stopped": "Stopped before a decision: nothing was recommended",
+}
+
+
+def your_decisions_panel(request: HttpRequest) -> dict[str, Any]:
+    """The profile's "Your decisions" panel: the logged-in patient's own decisions, newest first."""
+    patient = patient_of(request)
+    if patient is None:
+        return {}
+    rows = list_decisions(patient, actor=actor_for(request))
+    return {
+        "your_decisions": [
+            {"row": row, "status": DECISION_STATUS[row.status], "readable": patient.reasoning_read_consent}
+            for row in rows
+        ]
+    }
 
 
 @login_required
