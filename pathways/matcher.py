@@ -57,12 +57,18 @@ class Candidate:
     semantic: float | None
 
 
+# Why a trigger type is refused, in words an operator can act on ("user question" → user_question).
+LABEL_ONLY = "must be a label: letters, digits and _ . : / - only, starting with a letter or digit (e.g. user_question)"
+
+
 def check_query(trigger_type: str, trigger_ref: str) -> None:
     """Raise InvalidInput (naming the field) unless the pair is a valid match query."""
     if not trigger_type:
         raise InvalidInput("is required", field="trigger_type")
-    if len(trigger_type) > 100 or not LABEL.match(trigger_type):
-        raise InvalidInput("must be a label of at most 100 characters", field="trigger_type")
+    if len(trigger_type) > 100:
+        raise InvalidInput("must be at most 100 characters", field="trigger_type")
+    if not LABEL.match(trigger_type):
+        raise InvalidInput(LABEL_ONLY, field="trigger_type")
     if len(trigger_ref) > 500 or "\x00" in trigger_ref:
         raise InvalidInput("must be at most 500 characters, without NUL", field="trigger_ref")
 

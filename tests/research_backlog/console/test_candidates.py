@@ -7,6 +7,7 @@ from urllib.parse import urlencode
 import pytest
 from django.test import Client
 
+from pathways.matcher import LABEL_ONLY
 from pathways.models import Pathway
 from tests.html import doc
 from tests.research_backlog.console.support import (
@@ -99,12 +100,26 @@ def test_bad_trigger_type_is_400_with_the_error_and_no_match(
     page = doc(response)
     error = page.by_id("query-error")
     assert error.attrs["role"] == "alert"
-    assert error.text == "trigger_type: must be a label of at most 100 characters"
+    assert error.text == "trigger_type: " + LABEL_ONLY
     assert page.by_id("trigger_type").attrs["aria-invalid"] == "true"
     assert page.by_id("trigger_type").attrs["value"] == "not a label!"  # kept for correcting
     assert candidate_rows(page) == []
     assert not page.has_id("deeper-research")
     assert events(MATCH_PROXY) == []
+
+
+def test_a_trigger_type_with_spaces_is_told_what_a_label_is(operator_client: Client) -> None:
+    response = operator_client.get(CONSOLE, {"trigger_type": "user question", "trigger_ref": ""})
+
+    text = doc(response).by_id("query-error").text
+    assert "letters, digits and _ . : / - only" in text and "e.g. user_question" in text
+    assert "100 characters" not in text
+
+
+def test_a_trigger_type_too_long_says_so(operator_client: Client) -> None:
+    response = operator_client.get(CONSOLE, {"trigger_type": "a" * 101, "trigger_ref": ""})
+
+    assert doc(response).by_id("query-error").text == "trigger_type: must be at most 100 characters"
 
 
 def test_empty_trigger_type_submitted_is_400_required(operator_client: Client) -> None:
@@ -120,7 +135,7 @@ def test_candidates_partial_shows_a_bad_trigger_type_without_matching(operator_c
 
     # 200 so that htmx swaps the error in (it drops 4xx responses by default).
     assert response.status_code == 200
-    assert doc(response).by_id("query-error").text == "trigger_type: must be a label of at most 100 characters"
+    assert doc(response).by_id("query-error").text == "trigger_type: " + LABEL_ONLY
     assert events(MATCH_PROXY) == []
 
 
