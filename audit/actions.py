@@ -92,3 +92,20 @@ class Action(StrEnum):
     JOB_FLOW_DECAY_STARTED = "memory.job.reasoning_flow_decay.started"
     JOB_FLOW_DECAY_COMPLETED = "memory.job.reasoning_flow_decay.completed"
     JOB_FLOW_DECAY_ERROR = "memory.job.reasoning_flow_decay.error"
+
+
+# Routine reads: audited, but the admin's audit list hides them unless asked ("kind"), so that
+# changes and sensitive reads (raw reasoning, PHI) are not drowned out.
+ROUTINE_READS = frozenset(
+    {
+        Action.ADMIN_FLOW_READ.value,
+        Action.PATIENT_FLOW_READ.value,
+        Action.PATIENT_FLOWS_LISTED.value,
+        Action.PATHWAY_MATCH_REQUESTED.value,
+        "admin.reasoning.pathway.stats_read",
+        "admin.reasoning.pathway.stats_read.proxy",
+        "admin.reasoning.research.backlog_read",
+        "admin.reasoning.research.backlog_read.proxy",
+        "admin.reasoning.claims_pending_review.listed",
+    }
+)

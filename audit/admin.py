@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from audit.actions import Action
+from audit.actions import ROUTINE_READS, Action
 from audit.models import AuditChainLink, AuditEvent
 from core.actors import actor_for
 from core.errors import ServiceError
@@ -87,10 +87,40 @@ class ActionFilter(admin.SimpleListFilter):
         return queryset.filter(action=value) if value else queryset
 
 
+class KindFilter(admin.SimpleListFilter):
+    """Changes and sensitive reads by default; routine reads (``ROUTINE_READS``) on request."""
+
+    title = "kind"
+    parameter_name = "kind"
+    DEFAULT = "changes"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("changes", "changes and sensitive reads"), ("reads", "routine reads"), ("all", "everything")]
+
+    def choices(self, changelist: Any) -> Any:
+        current = self.value() or self.DEFAULT
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": current == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        kind = self.value() or self.DEFAULT
+        if request.GET.get(ActionFilter.parameter_name) and not self.value():
+            return queryset  # one action asked for by name: show it, whatever its kind
+        if kind == "reads":
+            return queryset.filter(action__in=ROUTINE_READS)
+        if kind == "all":
+            return queryset
+        return queryset.exclude(action__in=ROUTINE_READS)
+
+
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ("id", "action", "actor", "target_type", "target_id", "created_at")
-    list_filter = (ActionFilter,)
+    list_filter = (KindFilter, ActionFilter)
     # Exact matches: ids and actors are pasted from elsewhere, and ILIKE would scan the trail.
     search_fields = ("target_id__exact", "actor__exact")
     search_help_text = "Exact target id (e.g. a flow or patient id) or actor (e.g. user:3, token:agent)."

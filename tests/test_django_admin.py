@@ -204,6 +204,23 @@ def test_flow_list_has_a_compact_id_agent_and_date_filters_and_a_page_link(
     assert "By agent" in filters and "By created at" in filters and "Past 7 days" in filters
 
 
+def test_audit_list_hides_routine_reads_unless_asked(
+    admin_client: Client, agent: APIClient, operator: APIClient
+) -> None:
+    flow_id = agent.post("/api/reasoning/flows", {"trigger_type": "a"}, format="json").json()["id"]
+    assert operator.get(f"/admin/v1/reasoning/flows/{flow_id}").status_code == 200
+
+    def actions(params: dict[str, str]) -> set[str]:
+        page = doc(admin_client.get("/admin/audit/auditevent/", params))
+        return {cell.text for cell in page.select("td", "field-action")}
+
+    assert "reasoning.flow.started" in actions({})
+    assert "admin.reasoning.flow.read" not in actions({})
+    assert actions({"kind": "reads"}) == {"admin.reasoning.flow.read"}
+    assert {"reasoning.flow.started", "admin.reasoning.flow.read"} <= actions({"kind": "all"})
+    assert actions({"action": "admin.reasoning.flow.read"}) == {"admin.reasoning.flow.read"}
+
+
 # --- API tokens: created and revoked through the services ---------------------------
 
 
