@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
@@ -19,7 +18,6 @@ from rest_framework.throttling import BaseThrottle
 
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_flag, parse_limit, parse_uuid
-from core.labels import LABEL_PATTERN
 from core.serializers import validated
 from reasoning import services
 from reasoning.access import CanReadNarrative, NarrativeReadThrottle, patient_of
@@ -375,7 +373,6 @@ FLOW_LIST_PARAMETERS = [
         description="Opaque: the `X-Next-Cursor` of the previous page (with the same filters); omit it at first.",
     ),
 ]
-LABEL_RE = re.compile(LABEL_PATTERN)
 
 
 class AdminFlowListView(ApiView):

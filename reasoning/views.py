@@ -219,7 +219,9 @@ def admin_flow_list_summary(request: HttpRequest) -> HttpResponse:
     except InvalidInput as exc:
         return render(request, "reasoning/_flow_list_summary.html", {"error": exc.detail}, status=400)
     key = (
-        "flow-list-summary:" + hashlib.sha256(urlencode(sorted(search.params(cursor="").items())).encode()).hexdigest()
+        # The order does not change the counts: one entry per filter set.
+        "flow-list-summary:"
+        + hashlib.sha256(urlencode(sorted(search.params(cursor="", sort="newest").items())).encode()).hexdigest()
     )
     summary = cache.get(key)
     if summary is None:

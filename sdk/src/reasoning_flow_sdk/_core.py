@@ -340,7 +340,7 @@ class Pipeline:
                 if self.outbox and self.outbox[0] is batch:
                     self.outbox_bytes -= len(self.outbox.popleft().body)
                 self.attempt = 0
-                self._count(verdict, batch.steps)
+                self._count(verdict)
                 return []
             self.spooling = True
             self.attempt += 1
@@ -357,9 +357,9 @@ class Pipeline:
             return
         self.attempt = 0
         self.spool.remove(spooled)
-        self._count(verdict, spooled.steps)
+        self._count(verdict)
 
-    def _count(self, verdict: Verdict, steps: int) -> None:
+    def _count(self, verdict: Verdict) -> None:
         if verdict.refused:
             with self.refused_lock:  # settle() holds self.lock
                 for flow_id in verdict.refused:

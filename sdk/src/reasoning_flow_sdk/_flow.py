@@ -157,7 +157,6 @@ class Flow:
                 fields.setdefault(name, value)
             if reasoning:
                 fields.setdefault("reasoning_content", reasoning)
-                self.recorder._count_reasoning(len(reasoning))
             model = fields.get("model")
             summary = summary_text or (f"Model call to {model}" if model else "Model call")
             return self.step(kind, summary[:280], **fields)

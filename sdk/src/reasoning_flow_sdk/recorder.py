@@ -48,7 +48,6 @@ class BaseRecorder:
         self._outcomes: dict[str, bool | None] = {}
         self._by_type: dict[str, int] = {}
         self._summary_lock = threading.Lock()
-        self._reasoning_chars = 0
 
     # --- recording -----------------------------------------------------------------------
     def flow(
@@ -161,9 +160,6 @@ class BaseRecorder:
 
     def _flow_closed(self, flow: Flow, close: Mapping[str, Any]) -> None:
         return None
-
-    def _count_reasoning(self, chars: int) -> None:
-        self._reasoning_chars += chars
 
     def _remember(self, flow_id: str, decision_type: str) -> None:
         with self._summary_lock:
