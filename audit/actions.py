@@ -34,6 +34,8 @@ class Action(StrEnum):
     ADMIN_PATHWAY_STATS_READ = "admin.reasoning.pathway.stats_read"
     ADMIN_PATHWAY_MATCH_PROXY = "admin.reasoning.pathway.match.proxy"
     ADMIN_PATHWAY_HIT_PROXY = "admin.reasoning.pathway.hit.proxy"
+    # An operator took back their own console reuse within a minute (hit id and the new count)
+    ADMIN_PATHWAY_REUSE_UNDONE = "admin.reasoning.pathway.reuse_undone"
     ADMIN_PATHWAY_STATS_READ_PROXY = "admin.reasoning.pathway.stats_read.proxy"
 
     # Pathway jobs

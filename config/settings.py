@@ -150,7 +150,7 @@ TEMPLATES = [
 ]
 
 LOGIN_URL = "/accounts/login/"
-LOGIN_REDIRECT_URL = "/dashboard/"  # operators go on to the Research Console, patients to their profile
+LOGIN_REDIRECT_URL = "/dashboard/"  # operators go on to their dashboard, patients to their profile
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

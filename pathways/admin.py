@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from audit.admin import ReadOnlyAdmin
-from pathways.models import Pathway
+from pathways.models import Pathway, PathwayHit
 
 
 @admin.register(Pathway)
@@ -44,3 +44,15 @@ class PathwayAdmin(ReadOnlyAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Pathway]:
         # A 256-float vector per row is of no use on these pages.
         return super().get_queryset(request).defer("embedding")
+
+
+@admin.register(PathwayHit)
+class PathwayHitAdmin(ReadOnlyAdmin):
+    """Console reuses (and whether they were undone): written only by pathways.services."""
+
+    list_display = ("id", "pathway", "actor", "created_at", "undone_at")
+    list_filter = ("undone_at",)
+    search_fields = ("=id", "=pathway__id", "=actor")
+    ordering = ("-created_at",)
+    list_select_related = ("pathway",)
+    readonly_fields = ("pathway", "actor", "previous_last_hit_at", "created_at", "undone_at")

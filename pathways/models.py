@@ -142,3 +142,31 @@ class Pathway(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         self.parent_ref = parent_ref(self.trigger_ref)  # derived, never set by hand
         super().save(*args, **kwargs)
+
+
+class PathwayHit(models.Model):
+    """A reuse an operator recorded from the Research Console, kept so that it can be undone.
+
+    Undoing sets ``undone_at`` (the row stays, so a second undo is told it was already
+    undone) and takes the hit back from the pathway: ``hit_count`` down by one, and
+    ``last_hit_at`` back to ``previous_last_hit_at`` when this was the latest hit.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    pathway = models.ForeignKey(Pathway, on_delete=models.CASCADE, related_name="hits", db_index=False)
+    actor = models.CharField(max_length=200)
+    # The pathway's last_hit_at before this hit: what an undo restores.
+    previous_last_hit_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    undone_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "pathways_pathway_hit"
+        indexes = [
+            # An undo re-links the pathway's later hits (previous_last_hit_at = this hit's time),
+            # and the console finds an operator's undoable hits among its candidates.
+            models.Index(fields=["pathway", "created_at"], name="pathways_pathway_hit_pathway"),
+        ]
+
+    def __str__(self) -> str:
+        return f"hit on {self.pathway_id} by {self.actor}"

@@ -14,4 +14,5 @@ urlpatterns: list[URLPattern] = [
     path(f"{CONSOLE}/candidates", console.candidates_partial, name="research-console-candidates"),
     path(f"{CONSOLE}/compare", console.comparison_partial, name="research-console-compare"),
     path(f"{CONSOLE}/pathways/<uuid:pathway_id>/reuse", console.reuse_pathway, name="research-console-reuse"),
+    path(f"{CONSOLE}/reuses/<uuid:hit_id>/undo", console.undo_reuse, name="research-console-undo-reuse"),
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -17,7 +17,7 @@ from audit.services import Event, record
 from core.bulk import fetch
 from core.errors import Conflict, NotFound
 from pathways.matcher import Candidate, active_client, check_query, match
-from pathways.models import Pathway
+from pathways.models import Pathway, PathwayHit
 from pathways.radar import candidate_radars
 from pathways.stats import LibraryOverview, PathwayStats, library_overview, pathway_stats
 from reasoning.models import ReasoningFlow, ReasoningStep
@@ -114,19 +114,109 @@ def extract_after_close(sender: Any, *, flows: Sequence[ClosedFlow], **kwargs: A
         logger.exception("pathway extraction failed for flows %s", ", ".join(str(flow.flow_id) for flow in flows))
 
 
-@transaction.atomic
-def record_hit(pathway_id: uuid.UUID, *, actor: str, action: Action = Action.PATHWAY_MATCHED) -> Pathway:
-    """A pathway was reused: atomically bump ``hit_count`` and stamp ``last_hit_at``."""
-    updated = Pathway.objects.filter(pk=pathway_id, demoted_at__isnull=True).update(
-        hit_count=F("hit_count") + 1, last_hit_at=timezone.now()
-    )
-    pathway = Pathway.objects.filter(pk=pathway_id).first()
+# How long the operator who reused a pathway from the console may take the reuse back.
+UNDO_WINDOW = timedelta(seconds=60)
+
+
+def _bump(pathway_id: uuid.UUID, now: datetime) -> tuple[Pathway, datetime | None]:
+    """Add one hit to a locked, active pathway; returns it and its ``last_hit_at`` before."""
+    pathway = Pathway.objects.select_for_update().defer("embedding").filter(pk=pathway_id).first()
     if pathway is None:
         raise NotFound(f"pathway {pathway_id} does not exist")
-    if not updated:
+    if pathway.demoted_at is not None:
         raise Conflict(f"pathway {pathway_id} is demoted ({pathway.demotion_reason}); it cannot be reused")
+    previous = pathway.last_hit_at
+    Pathway.objects.filter(pk=pathway_id).update(hit_count=F("hit_count") + 1, last_hit_at=now)
+    pathway.hit_count += 1  # the row is locked: no one else moved it
+    pathway.last_hit_at = now
+    return pathway, previous
+
+
+@transaction.atomic
+def record_hit(pathway_id: uuid.UUID, *, actor: str, action: Action = Action.PATHWAY_MATCHED) -> Pathway:
+    """A pathway was reused: bump ``hit_count`` and stamp ``last_hit_at`` (on the locked row)."""
+    pathway, _ = _bump(pathway_id, timezone.now())
     record(action, actor=actor, target=pathway, payload={"hit_count": pathway.hit_count})
     return pathway
+
+
+@transaction.atomic
+def reuse_pathway(pathway_id: uuid.UUID, *, actor: str) -> tuple[Pathway, PathwayHit]:
+    """An operator reused a pathway from the Research Console: ``record_hit`` audited as
+    ``admin.reasoning.pathway.hit.proxy``, plus the hit kept so that it can be undone."""
+    now = timezone.now()
+    pathway, previous = _bump(pathway_id, now)
+    hit = PathwayHit.objects.create(pathway=pathway, actor=actor, previous_last_hit_at=previous, created_at=now)
+    record(
+        Action.ADMIN_PATHWAY_HIT_PROXY,
+        actor=actor,
+        target=pathway,
+        payload={"hit_count": pathway.hit_count},
+    )
+    return pathway, hit
+
+
+def undo_deadline(hit: PathwayHit) -> datetime:
+    return hit.created_at + UNDO_WINDOW
+
+
+@transaction.atomic
+def undo_reuse(hit_id: uuid.UUID, *, actor: str) -> Pathway:
+    """Take back a console reuse: only its operator, only once, only within UNDO_WINDOW.
+
+    1. Lock the pathway (every change to its hits happens under that lock, as in ``_bump``).
+    2. Mark the hit undone with a conditional UPDATE; when nothing matched, say why: 404
+       unknown; 409 another operator's, already undone or too late. Nothing changes then.
+    3. Re-link later hits that remembered this hit as their predecessor, so undoing them
+       too restores the right ``last_hit_at``.
+    4. ``hit_count`` down by one; ``last_hit_at`` back to what it was when this hit was the latest.
+    5. Audit ``admin.reasoning.pathway.reuse_undone`` (ids and the new count).
+    """
+    hit = PathwayHit.objects.filter(pk=hit_id).first()
+    if hit is None:
+        raise NotFound(f"reuse {hit_id} does not exist")
+    pathway = Pathway.objects.select_for_update().defer("embedding").get(pk=hit.pathway_id)
+    now = timezone.now()
+    undone = PathwayHit.objects.filter(
+        pk=hit_id, actor=actor, undone_at__isnull=True, created_at__gte=now - UNDO_WINDOW
+    ).update(undone_at=now)
+    if not undone:
+        hit.refresh_from_db()
+        if hit.actor != actor:
+            raise Conflict("Only the operator who reused the pathway can undo that reuse.")
+        if hit.undone_at is not None:
+            raise Conflict("That reuse was already undone.")
+        raise Conflict(f"Too late to undo: a reuse can be undone within {int(UNDO_WINDOW.total_seconds())} seconds.")
+    PathwayHit.objects.filter(
+        pathway_id=pathway.pk, created_at__gt=hit.created_at, previous_last_hit_at=hit.created_at
+    ).update(previous_last_hit_at=hit.previous_last_hit_at)
+    if pathway.last_hit_at == hit.created_at:
+        pathway.last_hit_at = hit.previous_last_hit_at
+    pathway.hit_count = max(pathway.hit_count - 1, 0)
+    Pathway.objects.filter(pk=pathway.pk).update(hit_count=pathway.hit_count, last_hit_at=pathway.last_hit_at)
+    record(
+        Action.ADMIN_PATHWAY_REUSE_UNDONE,
+        actor=actor,
+        target=pathway,
+        payload={"hit_id": str(hit.pk), "hit_count": pathway.hit_count},
+    )
+    return pathway
+
+
+def undoable_hits(actor: str, pathway_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, PathwayHit]:
+    """The operator's newest reuse of each given pathway that can still be undone (one query)."""
+    if not pathway_ids:
+        return {}
+    rows = PathwayHit.objects.filter(
+        pathway_id__in=pathway_ids,
+        actor=actor,
+        undone_at__isnull=True,
+        created_at__gte=timezone.now() - UNDO_WINDOW,
+    ).order_by("pathway_id", "-created_at")
+    found: dict[uuid.UUID, PathwayHit] = {}
+    for hit in rows:
+        found.setdefault(hit.pathway_id, hit)
+    return found
 
 
 def ranked_candidates(

@@ -1,7 +1,8 @@
 """The patient's profile page: their public id and the ``reasoning.read`` consent toggle.
 
 The toggle is a plain form (POST, CSRF-protected, redirect back) that htmx upgrades to
-swap only the toggle fragment. It posts the *wanted* state, not "flip", so a double
+swap the toggle fragment, and the "Your decisions" panel out of band (its links follow
+the consent). It posts the *wanted* state, not "flip", so a double
 submit or a stale tab cannot undo the patient's choice.
 """
 
@@ -56,7 +57,11 @@ def consent_toggle(request: HtmxHttpRequest) -> HttpResponse:
         else "Reading the reasoning behind decisions is now off."
     )
     if request.htmx:
-        return render(request, "patients/_consent_toggle.html", {"patient": patient, "confirmation": confirmation})
+        # The toggle, and the profile's other panels out of band: "Your decisions" links
+        # its narratives only while consent is on, so it changes with the toggle.
+        panels, _ = page_context("patient-profile", request)
+        context = {"patient": patient, "confirmation": confirmation, "oob": True, **panels}
+        return render(request, "patients/_consent_changed.html", context)
     messages.success(request, confirmation)
     # 303: the browser follows with a GET, so a reload does not re-post the form.
     return HttpResponseRedirect(reverse("patient-profile"), status=303)

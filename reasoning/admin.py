@@ -18,15 +18,18 @@ from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from audit.admin import ReadOnlyAdmin, ServiceAdmin
 from core.errors import Conflict
 from reasoning import services
+from reasoning.dimensions import is_radar
 from reasoning.models import ApiToken, ReasoningFlow, ReasoningStep
 from reasoning.serializers import FLOW_FIELDS
+from reasoning.templatetags.radar import radar
 
 ENCRYPTED_STEP_FIELDS = ("inputs_pii", "outputs_pii", "reasoning_content")
 
@@ -52,8 +55,11 @@ class StepInline(admin.TabularInline[ReasoningStep, ReasoningFlow]):
         return False
 
 
-# The API's flow fields, with the patient as a link instead of a bare id.
-FLOW_ADMIN_FIELDS = tuple("patient" if name == "patient_id" else name for name in FLOW_FIELDS)
+# The API's flow fields, with the patient as a link instead of a bare id and the
+# dimensions snapshot drawn as the radar the flow page shows, not as raw JSON.
+FLOW_ADMIN_FIELDS = tuple(
+    {"patient_id": "patient", "dimensions_snapshot": "dimensions_radar"}.get(name, name) for name in FLOW_FIELDS
+)
 
 
 @admin.register(ReasoningFlow)
@@ -84,10 +90,25 @@ class ReasoningFlowAdmin(ReadOnlyAdmin):
     readonly_fields = FLOW_ADMIN_FIELDS
     inlines = (StepInline,)
 
+    class Media:
+        css = {"all": ("css/radar.css",)}
+
     @admin.display(description="flow", ordering="id")
     def short_id(self, flow: ReasoningFlow) -> SafeString:
         # Eight hex digits fit the column; the full id is on hover (and the list page's search takes either).
         return format_html('<code title="{}">{}</code>', flow.pk, flow.pk.hex[:8])
+
+    @admin.display(description="dimensions snapshot")
+    def dimensions_radar(self, flow: ReasoningFlow) -> SafeString:
+        snapshot = flow.dimensions_snapshot
+        if not is_radar(snapshot):
+            return format_html(
+                '<span class="help">{}</span>',
+                "Taken when the flow closes."
+                if flow.is_active
+                else "None: this flow closed before snapshots were kept.",
+            )
+        return mark_safe(render_to_string("components/radar.html", radar(snapshot, size="expanded")))  # noqa: S308  # the component escapes its values
 
     @admin.display(description="page")
     def flow_page(self, flow: ReasoningFlow) -> SafeString:

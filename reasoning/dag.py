@@ -28,8 +28,8 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-NODE_WIDTH = 168
-NODE_HEIGHT = 40
+NODE_WIDTH = 208
+NODE_HEIGHT = 62  # three lines: position and kind, agent, summary
 GAP_X = 28  # between slots: the gutter that row-skipping edges run down
 GAP_Y = 56  # between rows: room for the curves and for stubs with their labels
 MARGIN = 16

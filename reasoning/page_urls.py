@@ -8,6 +8,7 @@ from reasoning import views
 
 urlpatterns = [
     path("dashboard/reasoning/<uuid:decision_id>", views.narrative_page, name="narrative-page"),
+    path("dashboard/admin/reasoning/", views.reasoning_dashboard_page, name="reasoning-dashboard"),
     path("dashboard/admin/reasoning/flows", views.admin_flow_list_page, name="admin-flow-list"),
     path("dashboard/admin/reasoning/flows/summary", views.admin_flow_list_summary, name="admin-flow-list-summary"),
     path("dashboard/admin/reasoning/<uuid:flow_id>", views.admin_flow_page, name="admin-flow-page"),

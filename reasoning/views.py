@@ -1,4 +1,4 @@
-"""Pages: the patient's narrative of one decision, and the operator's flow DAG page.
+"""Pages: the patient's narrative of one decision; the operators' dashboard, flow list and flow DAG page.
 
 The narrative page asks ``read_narrative`` (the one access rule for this audience) and
 shows its answer with the same status code as the API: 200 the narrative, 202 still
@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
@@ -30,7 +31,7 @@ from core.access import is_operator, operator_required
 from core.actors import actor_for
 from core.errors import InvalidInput, NotFound
 from core.templatetags.durations import format_duration
-from reasoning import dag, summary_guard, waterfall
+from reasoning import dag, dashboard, summary_guard, waterfall
 from reasoning.access import NarrativeReadThrottle, patient_of
 from reasoning.dimensions import is_radar
 from reasoning.flow_search import FlowSearch
@@ -92,8 +93,8 @@ def your_decisions_panel(request: HttpRequest) -> dict[str, Any]:
 @login_required
 @require_safe
 def dashboard_home(request: HttpRequest) -> HttpResponse:
-    """Where a login lands: operators on the Research Console, everyone else on their profile."""
-    return redirect("research-console" if is_operator(request.user) else "patient-profile")
+    """Where a login lands: operators on their dashboard, everyone else on their profile."""
+    return redirect("reasoning-dashboard" if is_operator(request.user) else "patient-profile")
 
 
 def _not_found(request: HttpRequest) -> HttpResponse:
@@ -268,6 +269,11 @@ def _masked_entry(entry: str) -> tuple[str, str]:
     return key, kind
 
 
+# The inner width of the graph's panel on a wide page (body.wide main, less padding), in px.
+GRAPH_PANEL_WIDTH = 1090
+GRAPH_MAX_SCALE = 1.35
+
+
 def _graph(read: FlowStepsPage, steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The page's steps laid out by ``reasoning.dag``; positions serve as node ids."""
     outside = {p["position"] for step in steps for p in step["parents"] if p["position"] < read.first_position}
@@ -276,9 +282,14 @@ def _graph(read: FlowStepsPage, steps: Sequence[dict[str, Any]]) -> dict[str, An
         outside_positions={position: position for position in outside},
     )
     by_position = {step["position"]: step for step in steps}
+    # Drawn larger when the graph is narrower than the panel (a chain of steps is one
+    # column), up to GRAPH_MAX_SCALE so its text stays text-sized; a wider graph scrolls.
+    scale = min(GRAPH_MAX_SCALE, max(1.0, GRAPH_PANEL_WIDTH / layout.width))
     return {
         "width": layout.width,
         "height": layout.height,
+        "display_width": round(layout.width * scale),
+        "display_height": round(layout.height * scale),
         "nodes": [{"node": node, "step": by_position[node.position]} for node in layout.nodes],
         "edges": layout.edges,
         "stubs": [
@@ -291,3 +302,28 @@ def _graph(read: FlowStepsPage, steps: Sequence[dict[str, Any]]) -> dict[str, An
 def _flow_not_found(request: HttpRequest) -> HttpResponse:
     # Rendered here for the same reason as _not_found: the 404 handler speaks JSON.
     return render(request, "reasoning/admin_flow_not_found.html", status=404)
+
+
+# --- Operators: the dashboard -----------------------------------------------------------
+
+DASHBOARD_CACHE_SECONDS = 60
+
+
+@operator_required
+@require_safe
+def reasoning_dashboard_page(request: HttpRequest) -> HttpResponse:
+    """The operators' landing page: links to the console, the flow list and the library, and
+    charts of the last day's and month's flows (``reasoning.dashboard``). The numbers are
+    cached for a minute (one entry per time zone): they may be up to a minute old."""
+    # The version changes with the cached dataclasses' shape, so a deploy never unpickles an old one.
+    key = f"reasoning-dashboard:v1:{settings.TIME_ZONE}"
+    data = cache.get(key)
+    if data is None:
+        data = dashboard.operator_dashboard(timezone.now())
+        cache.set(key, data, DASHBOARD_CACHE_SECONDS)
+    context = {
+        "data": data,
+        "totals": data.totals(),
+        "panels": dashboard.panels(data),
+    }
+    return render(request, "reasoning/dashboard.html", context)

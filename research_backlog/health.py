@@ -155,4 +155,9 @@ def claims_pending_review(now: datetime | None = None, *, limit: int = 100) -> R
         .filter(resolved_at__gte=now - RECENT_WINDOW)
         .order_by("-resolved_at")[:RECENT_LIMIT]
     )
-    return {"pending": list(pending[:limit]), "pending_count": pending.count(), "recent_resolutions": list(recent)}
+    # The source flow comes in the same query: a curator reads its guard-checked summaries.
+    return {
+        "pending": list(pending.select_related("source_flow")[:limit]),
+        "pending_count": pending.count(),
+        "recent_resolutions": list(recent.select_related("source_flow")),
+    }

@@ -7,8 +7,9 @@ or replace one panel after an action. Each panel lives in the app that owns its 
   ranked pathways with radars, "Reuse pathway", the comparison radar; when no candidate
   clears the reuse threshold it offers this app's "Trigger deeper research" form;
 - backlog (here): status chips, oldest waits, recent failures and the loop-health pill;
-- reviews (here): claims pending review with Resolve / Dismiss (and a note), and the
-  strip of the last day's resolutions.
+- reviews (here): claims pending review (the guard-checked summary of the claim, the
+  Critic's reason, a link to the source flow) with Resolve / Dismiss and a note, and the
+  last day's resolutions with their notes.
 
 Reading works without JavaScript: every action is a plain form that redirects back
 (POST/redirect/GET) when htmx is not there. Operators only (``operator_required``).
@@ -17,6 +18,7 @@ Reading works without JavaScript: every action is a plain form that redirects ba
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
@@ -102,8 +104,44 @@ def backlog_partial(request: HttpRequest) -> HttpResponse:
 # --- Claims pending review ----------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ClaimCard:
+    """What a curator reads about a claim. ClaimReview stores no claim text; what there is
+    comes from the Critic's flow, and its summaries only when the summary guard passed them."""
+
+    entry: ClaimReview
+    claim_text: str  # the flow's trigger summary, guard-checked; "" when there is none to show
+    finding: str  # the flow's outcome summary, guard-checked
+    withheld: str  # why the text is not shown, when it is not
+    critic_reason: str  # a label: the Critic's rejection_reason, else the entry's reason
+
+    @property
+    def flow_id(self) -> uuid.UUID | None:
+        return self.entry.source_flow_id
+
+
+def claim_card(entry: ClaimReview) -> ClaimCard:
+    flow = entry.source_flow
+    metrics = (flow.outcome_metrics or {}) if flow else {}
+    # rejection_reason is validated as a label when the outcome is recorded: never free text.
+    reason = metrics.get("rejection_reason")
+    critic_reason = reason if isinstance(reason, str) and reason else entry.reason
+    if flow is None:
+        return ClaimCard(entry, "", "", "No source flow was recorded for this claim.", critic_reason)
+    if flow.patient_safe_summary is not True:
+        why = (
+            "The source flow's summaries did not pass the summary guard, so they are not shown."
+            if flow.patient_safe_summary is False
+            else "The source flow is not closed yet: its summaries have not been guard-checked."
+        )
+        return ClaimCard(entry, "", "", why, critic_reason)
+    withheld = "" if flow.trigger_summary else "The source flow recorded no summary of the claim."
+    return ClaimCard(entry, flow.trigger_summary, flow.outcome_summary, withheld, critic_reason)
+
+
 def _reviews_context(request: HttpRequest) -> dict[str, Any]:
-    return {"reviews": services.read_review_queue(actor=actor_for(request), limit=REVIEW_LIMIT)}
+    queue = services.read_review_queue(actor=actor_for(request), limit=REVIEW_LIMIT)
+    return {"reviews": queue, "claim_cards": [claim_card(entry) for entry in queue["pending"]]}
 
 
 @operator_required

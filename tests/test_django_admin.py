@@ -27,7 +27,7 @@ from patients.models import Patient
 from patients.services import create_patient
 from reasoning.models import ApiToken, ReasoningFlow
 from reasoning.services import create_api_token
-from tests.factories import add_step, logged_in
+from tests.factories import add_step, logged_in, make_flow
 from tests.html import doc, parse
 
 pytestmark = pytest.mark.django_db
@@ -202,6 +202,26 @@ def test_flow_list_has_a_compact_id_agent_and_date_filters_and_a_page_link(
     assert not this_week.select("code", title=other["id"])
     filters = listing.one(id="changelist-filter").text
     assert "By agent" in filters and "By created at" in filters and "Past 7 days" in filters
+
+
+def test_flow_page_draws_the_dimensions_snapshot_as_the_radar(admin_client: Client) -> None:
+    closed = make_flow()
+    active = make_flow(close=False)
+    snapshot = ReasoningFlow.objects.get(pk=closed).dimensions_snapshot
+    assert snapshot is not None
+
+    page = doc(admin_client.get(change_url("reasoning/reasoningflow", closed)))
+    open_page = doc(admin_client.get(change_url("reasoning/reasoningflow", active)))
+
+    field = page.one(cls="field-dimensions_radar")
+    radar = field.one("svg", role="img")
+    # One point per axis, carrying the snapshot's scores; the values are listed beside it.
+    scores = {point.attrs["data-axis"]: int(point.attrs["data-score"]) for point in radar.select("circle")}
+    assert scores == {axis: value["score"] for axis, value in snapshot.items()}
+    assert "/7" in field.text
+    assert '"score"' not in field.text  # not the raw JSON
+    assert page.select("link", href="/static/css/radar.css")
+    assert "Taken when the flow closes." in open_page.one(cls="field-dimensions_radar").text
 
 
 def test_audit_list_hides_routine_reads_unless_asked(

@@ -18,16 +18,18 @@ def test_root_sends_an_anonymous_visitor_to_the_login_page() -> None:
     assert 'name="username"' in response.content.decode()
 
 
-def test_root_sends_an_operator_to_the_research_console(operator_client: Client) -> None:
+def test_root_sends_an_operator_to_the_dashboard(operator_client: Client) -> None:
     response = operator_client.get("/", follow=True)
 
     assert response.status_code == 200
-    assert response.request["PATH_INFO"] == "/dashboard/admin/reasoning/research-console"
+    assert response.request["PATH_INFO"] == "/dashboard/admin/reasoning/"
+    assert "<h1>Dashboard</h1>" in response.content.decode()
 
 
 @pytest.mark.parametrize(
     ("path", "view"),
     [
+        ("/dashboard/admin/reasoning/", "reasoning-dashboard"),
         ("/dashboard/admin/reasoning/research-console", "research-console"),
         ("/dashboard/admin/reasoning/pathway-library", "pathway-library"),
         ("/dashboard/admin/reasoning/00000000-0000-0000-0000-000000000007", "admin-flow-page"),

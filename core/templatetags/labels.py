@@ -1,7 +1,12 @@
-"""Identifiers people read in tables: ``{% load labels %}``, ``{{ value|breakable }}``.
+"""Identifiers people read in tables: ``{% load labels %}``.
 
-A label or reference (``user_question``, ``benchmark/run-7/case-3``) may wrap only after
-``_``, ``/``, ``.``, ``:`` or ``-`` (a ``<wbr>`` there), never in the middle of a word.
+``{{ value|breakable }}``: a label or reference (``user_question``, ``benchmark/run-7/case-3``)
+may wrap only after ``_``, ``/``, ``.``, ``:`` or ``-`` (a ``<wbr>`` there), never in the
+middle of a word.
+
+``{{ value|human_label }}``: a snake_case label as a person reads it ("user_question" →
+"User question"). Where an operator must type or search the raw identifier, show it too
+(in a ``<code>`` or a ``title``).
 """
 
 from __future__ import annotations
@@ -21,3 +26,9 @@ _BREAK_AFTER = re.compile(r"([_/.:-])")
 def breakable(value: object) -> SafeString:
     text = escape("" if value is None else str(value))
     return mark_safe(_BREAK_AFTER.sub(r"\1<wbr>", text))  # noqa: S308 - escaped above; only <wbr> added
+
+
+@register.filter(name="human_label")
+def human_label(value: object) -> str:
+    text = "" if value is None else str(value).replace("_", " ").strip()
+    return text[:1].upper() + text[1:]

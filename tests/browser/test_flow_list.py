@@ -116,6 +116,11 @@ def test_the_waterfall_bars_match_the_latencies(page: Page, screenshot: Screensh
     svg_width = page.locator("svg.waterfall").evaluate("svg => svg.getBoundingClientRect().width")
     panel_width = page.locator("#waterfall").evaluate("panel => panel.clientWidth")
     assert svg_width > 0.9 * (panel_width - 40)  # the drawing uses the panel's width
+    # The step graph (one column here) is drawn larger than its layout, so its text is readable.
+    text_height = page.locator("svg.dag-graph text.dag-node-kind").first.evaluate(
+        "text => text.getBoundingClientRect().height"
+    )
+    assert text_height >= 16
     screenshot(page, "desktop")
     page.set_viewport_size(PHONE)
     assert_no_sideways_scroll(page)

@@ -1,6 +1,6 @@
 """End to end in headless Chromium: what an operator and a patient do in the browser.
 
-Operator: log in, land on the Research Console, find candidates for a trigger, reuse
+Operator: log in, land on the dashboard, go on to the Research Console, find candidates for a trigger, reuse
 one (its hit count rises in place), compare two on one radar, resolve a pending claim;
 open the pathway library and a flow's DAG page. Patient: read a narrative with its
 radar, turn consent off on the profile, get the gentle message instead. On a phone
@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ACTOR = "system:browser-test"
 OPERATOR = ("op.browser", "operator-browser-2026")
 PATIENT = ("pat.browser", "patient-browser-2026")
+DASHBOARD = "/dashboard/admin/reasoning/"
 CONSOLE = "/dashboard/admin/reasoning/research-console"
 LIBRARY = "/dashboard/admin/reasoning/pathway-library"
 PROFILE = "/dashboard/profile"
@@ -216,8 +217,10 @@ def test_operator_reuses_compares_and_resolves_on_the_research_console(
     review, _ = mark_claim_for_review(claim_id=CLAIM_ID, actor=ACTOR, source="critic", trigger_type=TRIGGER_TYPE)
 
     log_in(page, *OPERATOR)
-    # /dashboard/ sends operators on to the Research Console.
-    assert page.url.endswith(CONSOLE), page.url
+    # /dashboard/ sends operators on to their dashboard, which links to the Research Console.
+    assert page.url.endswith(DASHBOARD), page.url
+    page.locator("nav.dashboard-links").get_by_role("link", name="Research Console").click()
+    page.wait_for_url(f"**{CONSOLE}")
     expect(page.locator("h1")).to_have_text("Research Console")
     # htmx is served locally by the live server (static/vendor), and it loaded.
     assert page.evaluate("typeof htmx") == "object"
@@ -231,9 +234,9 @@ def test_operator_reuses_compares_and_resolves_on_the_research_console(
     expect(cards).to_have_count(3)
     assert [card.get_attribute("data-pathway") for card in cards.all()] == [str(p.pk) for p in ranked]
     first_card = page.locator(f"#candidate-{ranked[0].pk}")
-    expect(first_card).to_contain_text("exact_ref")
+    expect(first_card).to_contain_text("Exact ref")
     expect(first_card.locator(".score")).to_have_text("1.00")
-    expect(page.locator(f"#candidate-{ranked[1].pk}")).to_contain_text("prefix_ref")
+    expect(page.locator(f"#candidate-{ranked[1].pk}")).to_contain_text("Prefix ref")
     expect(first_card.locator("svg[role=img]").first).to_be_visible()
     assert still_same_page(page), "finding candidates reloaded the page instead of swapping #candidates"
     screenshot(page, "console")
@@ -242,7 +245,7 @@ def test_operator_reuses_compares_and_resolves_on_the_research_console(
     before = hits_shown(page, ranked[0])
     assert before == SEEDED[0][1]
     first_card.get_by_role("button", name="Reuse pathway").click()
-    expect(page.locator(f"#hits-{ranked[0].pk}")).to_contain_text("reused just now")
+    expect(page.locator(f"#hits-{ranked[0].pk}")).to_contain_text("the last just now")
     assert hits_shown(page, ranked[0]) == before + 1
     ranked[0].refresh_from_db()
     assert ranked[0].hit_count == before + 1
@@ -250,7 +253,7 @@ def test_operator_reuses_compares_and_resolves_on_the_research_console(
 
     # Tick two candidates: both polygons on one radar, six axes ranked, a pick.
     page.locator(f"#compare-{ranked[0].pk}").check()
-    expect(page.locator("#comparison")).to_contain_text("Tick exactly two")
+    expect(page.locator("#comparison")).to_contain_text("Tick one more candidate")
     page.locator(f"#compare-{ranked[1].pk}").check()
     comparison = page.locator("#comparison")
     expect(comparison.locator("polygon.radar-series-a")).to_have_count(1)

@@ -28,6 +28,15 @@ def test_a_patient_opens_a_narrative_from_your_decisions(page: Page, screenshot:
     assert_no_sideways_scroll(page)
     screenshot(page, "profile-phone")
 
+    # Turning explanations off and on again updates the list in place (htmx), no reload.
+    page.evaluate("window.sameDocument = true")
+    page.get_by_role("button", name="Turn off").click()
+    expect(decision.get_by_role("link")).to_have_count(0)
+    expect(page.locator("#your-decisions")).to_contain_text("Turn on explanations above")
+    page.get_by_role("button", name="Turn on").click()
+    expect(decision.get_by_role("link")).to_have_count(1)
+    assert page.evaluate("window.sameDocument === true")
+
     decision.get_by_role("link").click()
 
     expect(page.locator("h1")).to_have_text("How this decision was reached")

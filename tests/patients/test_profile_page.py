@@ -263,8 +263,9 @@ def test_profile_page_query_count(non_consenting_client: Client, django_assert_n
 
 def test_consent_toggle_query_count(non_consenting_client: Client, django_assert_num_queries: Any) -> None:
     # 1 the session, 2 the user, 3 the patient; the service: 4 savepoint, 5 the
-    # conditional update of consent, 6 the audit event, 7 release.
-    with django_assert_num_queries(7):
+    # conditional update of consent, 6 the audit event, 7 release; "Your decisions"
+    # out of band: 8 the patient, 9 savepoint, 10 their flows, 11 the audited read, 12 release.
+    with django_assert_num_queries(12):
         response = non_consenting_client.post(CONSENT, {"consent": "on"}, headers={"HX-Request": "true"})
 
     assert response.status_code == 200

@@ -19,6 +19,7 @@ from tests.html import doc
 pytestmark = pytest.mark.django_db
 
 PROFILE = "/dashboard/profile"
+CONSENT = "/dashboard/profile/consent"
 
 
 def decisions(response: Any) -> list[tuple[str, str]]:
@@ -78,6 +79,23 @@ def test_without_consent_the_list_has_no_links_and_says_why(
     section = page.one("section", "your-decisions")
     assert not section.select("a")
     assert "Turn on explanations above" in section.text
+
+
+def test_toggling_consent_with_htmx_refreshes_the_list_out_of_band(
+    non_consenting_client: Client, non_consenting_patient: Patient
+) -> None:
+    flow_id = make_flow(non_consenting_patient)
+
+    turned_on = doc(non_consenting_client.post(CONSENT, {"consent": "on"}, headers={"HX-Request": "true"}))
+    turned_off = doc(non_consenting_client.post(CONSENT, {"consent": "off"}, headers={"HX-Request": "true"}))
+
+    # The toggle swaps itself; the list comes along out of band, its links following the consent.
+    on = turned_on.one("section", id="your-decisions")
+    assert on.attrs["hx-swap-oob"] == "true"
+    assert on.one("li", "decision").one("a").attrs["href"] == f"/dashboard/reasoning/{flow_id}"
+    off = turned_off.one("section", id="your-decisions")
+    assert not off.select("a") and "Turn on explanations above" in off.text
+    assert turned_off.one("form", id="consent-toggle")
 
 
 def test_no_decisions_yet(patient_client: Client) -> None:

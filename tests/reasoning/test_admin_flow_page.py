@@ -319,6 +319,30 @@ def test_graph_has_a_linked_node_with_a_title_per_step(operator_client: Client, 
     assert not svg.select(cls="dag-edge-merge")
 
 
+def drawn_scale(svg: Element) -> tuple[float, float]:
+    """How much larger than its layout the graph is drawn: (width, height) ratios."""
+    _, _, width, height = (float(n) for n in svg.attrs["viewbox"].split())
+    return float(svg.attrs["width"]) / width, float(svg.attrs["height"]) / height
+
+
+def test_narrow_graph_is_drawn_larger_to_use_the_panel_and_shows_each_summary(
+    operator_client: Client, make_dag: MakeFlow
+) -> None:
+    chain = svg_of(doc(operator_client.get(page_url(make_dag(3)))))
+
+    x_scale, y_scale = drawn_scale(chain)
+    assert x_scale == pytest.approx(y_scale, rel=0.02)  # the drawing keeps its proportions
+    assert x_scale == pytest.approx(1.35, abs=0.01)  # a one-column chain grows, its text stays text-sized
+    node = chain.one("a", "dag-node", data_position="2")
+    assert node.one("text", "dag-node-summary").text.startswith("Step number 2 looked at")
+
+
+def test_wide_graph_is_drawn_at_its_own_size_and_scrolls(operator_client: Client, make_dag: MakeFlow) -> None:
+    wide = svg_of(doc(operator_client.get(page_url(make_dag(8, parents={p: [] for p in range(1, 9)})))))
+
+    assert drawn_scale(wide) == (1.0, 1.0)
+
+
 def test_merge_step_draws_merge_edges_and_a_marker(operator_client: Client, make_dag: MakeFlow) -> None:
     # 1 -> 2, 1 -> 3, and 4 merges 2 and 3.
     flow_id = make_dag(4, parents={2: [1], 3: [1], 4: [2, 3]})

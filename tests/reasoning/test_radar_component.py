@@ -245,7 +245,7 @@ def test_comparison_draws_both_polygons_and_both_sets_of_points() -> None:
 
 
 def hue_of(rule_selector: str) -> float:
-    css = (Path(django_settings.BASE_DIR) / "static" / "css" / "site.css").read_text()
+    css = (Path(django_settings.BASE_DIR) / "static" / "css" / "radar.css").read_text()
     rule = re.search(re.escape(rule_selector) + r"\s*\{([^}]*)\}", css)
     assert rule is not None, rule_selector
     colour = re.search(r"stroke:\s*#([0-9a-fA-F]{6})", rule.group(1))

@@ -13,6 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from pathways.models import Pathway
+from pathways.services import reuse_pathway
 from research_backlog import services
 from research_backlog.models import ClaimReview
 from tests.factories import QUESTION, make_pathway
@@ -28,6 +29,7 @@ from tests.research_backlog.console.support import (
     demoted,
     reuse_url,
     review_url,
+    undo_url,
 )
 
 
@@ -81,8 +83,9 @@ def pending_review() -> ClaimReview:
 
 
 @pytest.fixture
-def routes(library: dict[str, Pathway], pending_review: ClaimReview) -> dict[str, Route]:
+def routes(library: dict[str, Pathway], pending_review: ClaimReview, actor: str) -> dict[str, Route]:
     exact = library["exact"]
+    _, hit = reuse_pathway(library["sibling"].pk, actor=actor)  # the operator's, undoable for a minute
     return {
         route.name: route
         for route in [
@@ -92,6 +95,7 @@ def routes(library: dict[str, Pathway], pending_review: ClaimReview) -> dict[str
             Route("backlog", "get", BACKLOG, {}, 200),
             Route("reviews", "get", REVIEWS, {}, 200),
             Route("reuse", "post", reuse_url(exact.pk), {}, 302),
+            Route("undo", "post", undo_url(hit.pk), {}, 302),
             Route("deeper", "post", DEEPER, {"trigger_type": "lab_result", "question": QUESTION}, 302),
             Route("review", "post", review_url(pending_review.pk), {"status": "resolved"}, 302),
         ]

@@ -14,7 +14,8 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from pathways.embeddings import HashBucketEmbedding
 from pathways.jobs import backfill_embeddings
-from pathways.models import Pathway
+from pathways.models import Pathway, PathwayHit
+from reasoning.models import ReasoningStep
 from research_backlog.models import ClaimReview, ResearchRequest
 from tests.factories import make_pathway, make_request
 from tests.html import Element, doc
@@ -35,6 +36,7 @@ NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
 MATCH_PROXY = "admin.reasoning.pathway.match.proxy"
 HIT_PROXY = "admin.reasoning.pathway.hit.proxy"
+REUSE_UNDONE = "admin.reasoning.pathway.reuse_undone"
 DEEPER_REQUESTED = "admin.reasoning.research.deeper_requested"
 DEEPER_CREATED = "reasoning.research.deeper_request_created"
 BACKLOG_READ = "admin.reasoning.research.backlog_read.proxy"
@@ -47,6 +49,10 @@ NOTE = "Curator Wilhelmina checked the Quixote citation: the dose was transposed
 
 def reuse_url(pathway_id: object) -> str:
     return f"{CONSOLE}/pathways/{pathway_id}/reuse"
+
+
+def undo_url(hit_id: object) -> str:
+    return f"{CONSOLE}/reuses/{hit_id}/undo"
 
 
 def review_url(review_id: object) -> str:
@@ -121,6 +127,7 @@ def written() -> dict[str, Any]:
         "requests": list(ResearchRequest.objects.order_by("pk").values()),
         "reviews": list(ClaimReview.objects.order_by("pk").values()),
         "hits": list(Pathway.objects.order_by("pk").values_list("pk", "hit_count", "last_hit_at")),
+        "reuses": list(PathwayHit.objects.order_by("pk").values_list("pk", "undone_at", "previous_last_hit_at")),
         "audit": list(AuditEvent.objects.order_by("id").values_list("id", flat=True)),
     }
 
@@ -138,7 +145,7 @@ class Route:
     ok_status: int
 
 
-ROUTE_NAMES = ["page", "candidates", "compare", "backlog", "reviews", "reuse", "deeper", "review"]
+ROUTE_NAMES = ["page", "candidates", "compare", "backlog", "reviews", "reuse", "undo", "deeper", "review"]
 
 
 def call(client: Client, route: Route, method: str | None = None) -> Response:
@@ -198,8 +205,9 @@ CHAIN_LAG = 1
 # (hnsw.ef_search, hnsw.iterative_scan), 4 the nearest embeddings (raw), 5 RELEASE;
 # candidate_radars(): 6 every radar input of the final candidates in one statement
 # (their fields, seed metrics, verdicts, aborted siblings), 7 family maturity; the match
-# audit: 8 SAVEPOINT, 9 the event with its chainer queue row, 10 RELEASE.
-CANDIDATES_QUERIES = 10
+# audit: 8 SAVEPOINT, 9 the event with its chainer queue row, 10 RELEASE; the cards:
+# 11 every seed flow's step summaries, 12 the operator's reuses that can still be undone.
+CANDIDATES_QUERIES = 12
 # backlog_status(): 1 counts by status, 2 counts by retries, 3 oldest pending, 4 oldest
 # dispatched, 5 recent failure count, 6 recent failure rows; the read audit: 7 SAVEPOINT,
 # 8 the event, 9 RELEASE.
@@ -214,9 +222,28 @@ COMPARE_QUERIES = 3
 QUERY = {"trigger_type": "lab_result", "trigger_ref": "labs/test-0"}
 
 
-def make_candidates(count: int, *, embedded: bool = False) -> list[Pathway]:
-    """``count`` lab_result pathways that all match QUERY (one exact, the rest siblings)."""
+def make_candidates(count: int, *, embedded: bool = False, steps: int = 0) -> list[Pathway]:
+    """``count`` lab_result pathways that all match QUERY (one exact, the rest siblings),
+    each seed flow with ``steps`` steps."""
     rows = [make_pathway("lab_result", f"labs/test-{n}", hit_count=n) for n in range(count)]
+    for row in rows:
+        add_seed_steps(row, *(f"Step {n} of {row.trigger_ref}" for n in range(1, steps + 1)))
     if embedded:  # candidates then also come back from the HNSW query, with a cosine
         backfill_embeddings(HashBucketEmbedding())
     return rows
+
+
+def add_seed_steps(pathway: Pathway, *summaries: str, kind: str = "evidence_assembly") -> None:
+    """Steps on the pathway's seed flow (set up directly, as make_pathway sets up the flow)."""
+    start = ReasoningStep.objects.filter(flow_id=pathway.seed_flow_id).count()
+    ReasoningStep.objects.bulk_create(
+        ReasoningStep(
+            flow_id=pathway.seed_flow_id,
+            position=start + n,
+            kind=kind,
+            agent="researcher",
+            summary_text=summary,
+            request_hash="test",
+        )
+        for n, summary in enumerate(summaries, start=1)
+    )

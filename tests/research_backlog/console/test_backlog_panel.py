@@ -64,14 +64,20 @@ def test_backlog_panel_shows_counts_ages_and_recent_failures(
     }
     assert "Recent failures (2 in 24 h)" in panel.text
     rows = [[td.text for td in tr.select("td")] for tr in panel.one("tbody").select("tr")]
+    # Times are local with the zone named, then how long ago; statuses read as words, while
+    # the identifiers an operator may search for (trigger type, failure reason) stay raw.
     assert rows == [
-        ["30 minutes ago", "claim_review", "failed_after_retries", "stale_after_retries"],
-        ["2 hours ago", "lab_result", "failed_voluntary", "vendor_timeout"],
+        ["2 Mar 2026, 11:30 UTC (30 min ago)", "claim_review", "Failed after retries", "stale_after_retries"],
+        ["2 Mar 2026, 10:00 UTC (2 h ago)", "lab_result", "Failed voluntary", "vendor_timeout"],
+    ]
+    assert [td.attrs["title"] for td in panel.one("tbody").select("td") if "title" in td.attrs] == [
+        "failed_after_retries",
+        "failed_voluntary",
     ]
     assert "too_old_to_show" not in panel.text
     assert QUESTION not in response.content.decode()
     pill = panel.one("span", "pill")
-    assert "pill-healthy" in pill.classes() and pill.text == "healthy"
+    assert "pill-healthy" in pill.classes() and pill.text == "Healthy"
     (event,) = events(BACKLOG_READ)
     assert (event.actor, event.payload) == (actor, {"total": 7, "loop_health": "healthy"})
 
@@ -135,10 +141,13 @@ def test_loop_health_pill_follows_the_thresholds(
 
     pill = panel.one("span", "pill")
     assert [c for c in pill.classes() if c.startswith("pill-")] == [f"pill-{verdict}"]
-    assert pill.text == verdict
-    because_line = [p.text for p in panel.select("p", "muted") if p.text.startswith("Because:")]
+    assert pill.text == verdict.capitalize()
+    because_line = [p for p in panel.select("p", "muted") if p.text.startswith("Because:")]
     if because:
-        assert len(because_line) == 1 and because in because_line[0]
+        assert len(because_line) == 1
+        # Read as words; the raw reason stays in the title.
+        assert because.replace("_", " ").capitalize() in because_line[0].text
+        assert because in [span.attrs["title"] for span in because_line[0].select("span")]
     else:
         assert because_line == []
     assert events(BACKLOG_READ)[0].payload["loop_health"] == verdict
@@ -152,5 +161,5 @@ def test_critical_lists_every_reason(clock: time_machine.Coordinates, operator_c
     panel = doc(operator_client.get(BACKLOG)).by_id("backlog")
 
     assert [p.text for p in panel.select("p", "muted") if p.text.startswith("Because:")] == [
-        "Because: oldest_pending_over_1h, oldest_dispatched_over_15m, recent_failures_at_least_5."
+        "Because: Oldest pending over 1h; Oldest dispatched over 15m; Recent failures at least 5."
     ]

@@ -16,6 +16,7 @@ from tests.research_backlog.console.support import (
     DEEPER,
     HTMX,
     MATCH_PROXY,
+    add_seed_steps,
     candidate_rows,
     console_url,
     events,
@@ -35,20 +36,21 @@ def test_query_lists_ranked_candidates_with_what_an_operator_decides_on(
     page = doc(response)
     rows = candidate_rows(page)
     expected = [
-        ("exact", "#1 labs/potassium", "1.00", "exact_ref", "3 reuses"),
-        ("sibling", "#2 labs/sodium", "0.70", "prefix_ref", "1 reuse"),
-        ("far", "#3 imaging/xray", "0.30", "trigger_type_only", "5 reuses"),
+        ("exact", "#1 labs/potassium", "1.00", "exact_ref", "Exact ref", "3 reuses"),
+        ("sibling", "#2 labs/sodium", "0.70", "prefix_ref", "Prefix ref", "1 reuse"),
+        ("far", "#3 imaging/xray", "0.30", "trigger_type_only", "Trigger type only", "5 reuses"),
     ]
     assert [row.attrs["data-pathway"] for row in rows] == [str(library[key].pk) for key, *_ in expected]
-    for row, (key, heading, score, reason, hits) in zip(rows, expected, strict=True):
+    for row, (key, heading, score, reason, reason_words, hits) in zip(rows, expected, strict=True):
         pk = str(library[key].pk)
         assert row.one("h3").text == heading
         assert row.one("span", "score").text == score
-        assert f"{score} · {reason}" in row.text
+        assert f"{score} · {reason_words}" in row.text
+        assert row.one("span", "reason").attrs["title"] == reason  # the raw label, on hover
         assert row.by_id(f"hits-{pk}").text == hits
         assert row.by_id(f"hits-{pk}").attrs["data-hits"] == str(library[key].hit_count)
         # The inline (compact) radar, and the expanded one behind "Show dimensions".
-        summary_radar = row.one("summary").one("svg")
+        summary_radar = row.one("details", "radar-expand").one("summary").one("svg")
         assert summary_radar.attrs["role"] == "img"
         assert summary_radar.attrs["aria-label"].startswith("Decision dimensions.")
         assert len(row.select("svg", role="img")) == 2
@@ -199,3 +201,41 @@ def test_a_strong_candidate_hides_deeper_research(
     assert candidate_rows(page)[0].one("span", "score").text == top_score
     assert not page.has_id("deeper-research")
     assert "Trigger deeper research" not in page.text
+
+
+def test_each_card_links_its_seed_flow_and_lists_its_steps_behind_a_disclosure(
+    operator_client: Client, library: dict[str, Pathway]
+) -> None:
+    exact = library["exact"]
+    add_seed_steps(exact, "Reviewed recent lab results", kind="retrieval")
+    add_seed_steps(exact, "Compared them with the care guideline", kind="evidence_assembly")
+
+    page = doc(operator_client.get(CONSOLE, {"trigger_type": "lab_result", "trigger_ref": "labs/potassium"}))
+
+    card = page.by_id(f"candidate-{exact.pk}")
+    assert card.one("a", "seed-flow").attrs["href"] == f"/dashboard/admin/reasoning/{exact.seed_flow_id}"
+    steps = card.one("details", "seed-steps")
+    assert "open" not in steps.attrs  # shown on expand
+    assert steps.one("summary").text == "2 steps of the seed flow"
+    assert [li.text for li in steps.select("li")] == [
+        "Retrieval: Reviewed recent lab results",
+        "Evidence assembly: Compared them with the care guideline",
+    ]
+    # The raw kind an operator might search for stays on hover.
+    assert [span.attrs["title"] for span in steps.select("span", "step-kind")] == ["retrieval", "evidence_assembly"]
+    other = page.by_id(f"candidate-{library['far'].pk}").one("details", "seed-steps")
+    assert other.one("summary").text == "0 steps of the seed flow"
+
+
+def test_the_expanded_radar_has_hide_and_the_thumbnail_lives_in_the_summary(
+    operator_client: Client, library: dict[str, Pathway]
+) -> None:
+    page = doc(operator_client.get(CONSOLE, {"trigger_type": "lab_result", "trigger_ref": "labs/potassium"}))
+
+    expand = page.by_id(f"candidate-{library['exact'].pk}").one("details", "radar-expand")
+    summary = expand.one("summary")
+    # site.css hides the thumbnail and "Show" once the details are open, and shows "Hide".
+    assert summary.one("span", "radar-thumb").one("svg")
+    assert summary.one("span", "radar-show").text == "Show dimensions"
+    assert summary.one("span", "radar-hide").text == "Hide dimensions"
+    assert len(expand.select("figure", "radar-expanded")) == 1

@@ -133,7 +133,9 @@ def test_every_form_and_htmx_control_has_a_plain_fallback(
             else:
                 assert el.tag == "button", el.attrs
                 target = page.by_id(el.attrs["form"])
-                assert (target.attrs["method"], target.attrs["action"]) == ("post", el.attrs["hx-post"])
+                # (Undo posts the card's reuse form to its own address: the button's formaction.)
+                action = el.attrs.get("formaction", target.attrs["action"])
+                assert (target.attrs["method"], action) == ("post", el.attrs["hx-post"])
     assert seen_forms >= 8  # find, compare, 3 reuse, deeper research, logout, the review
     page = doc(responses[0])
     find = page.one("form", hx_get=CANDIDATES)
@@ -158,11 +160,12 @@ def test_find_form_submitted_plainly_lists_candidates(operator_client: Client, l
 def test_page_with_a_query_query_count(
     operator_client: Client, django_assert_num_queries: DjangoAssertNumQueries, size: int, reviews: int
 ) -> None:
-    make_candidates(size)
+    make_candidates(size, steps=3)
     for n in range(reviews):
         make_review(f"claim-{n}")
 
-    # AUTH 2 + CANDIDATES 10 + BACKLOG 9 + REVIEWS 6 + CHAIN_LAG 1 = 28, however many candidates or claims.
+    # AUTH 2 + CANDIDATES 12 + BACKLOG 9 + REVIEWS 6 + CHAIN_LAG 1 = 30, however many candidates,
+    # seed steps or claims.
     with django_assert_num_queries(AUTH + CANDIDATES_QUERIES + BACKLOG_QUERIES + REVIEWS_QUERIES + CHAIN_LAG):
         response = operator_client.get(CONSOLE, QUERY)
 
@@ -192,15 +195,16 @@ def test_page_without_a_query_query_count(
 def test_candidates_partial_query_count(
     operator_client: Client, django_assert_num_queries: DjangoAssertNumQueries, size: int, embedded: bool
 ) -> None:
-    make_candidates(size, embedded=embedded)
+    make_candidates(size, embedded=embedded, steps=3)
 
-    # AUTH 2 + CANDIDATES 10 = 12: no query per candidate.
+    # AUTH 2 + CANDIDATES 12 = 14: no query per candidate, nor per card's steps.
     with django_assert_num_queries(AUTH + CANDIDATES_QUERIES):
         response = operator_client.get(CANDIDATES, QUERY, headers=HTMX)
 
     rows = candidate_rows(doc(response))
     assert len(rows) == size
     assert ("+semantic" in rows[0].text) is embedded
+    assert all(len(row.one("details", "seed-steps").select("li")) == 3 for row in rows)
 
 
 def test_compare_partial_query_count(

@@ -46,8 +46,13 @@ def test_reuse_by_plain_form_bumps_hits_audits_and_returns_to_the_query(
     (event,) = events(HIT_PROXY)
     assert (event.actor, event.target_id, event.payload) == (actor, str(exact.pk), {"hit_count": 4})
     page = doc(csrf_client.get(response["Location"]))
-    assert "Reused the pathway: it now has 4 reuses." in [li.text for li in page.one("ul", "messages").select("li")]
-    assert page.by_id(f"hits-{exact.pk}").text.startswith("4 reuses, last ")
+    assert "Reused the pathway: it now has 4 reuses. Undo it from its card within a minute." in [
+        li.text for li in page.one("ul", "messages").select("li")
+    ]
+    assert page.by_id(f"hits-{exact.pk}").text == "4 reuses, the last just now"
+    # For the next minute the card offers Undo instead of a second reuse.
+    actions = page.by_id(f"reuse-actions-{exact.pk}")
+    assert [b.text for b in actions.select("button")] == ["Undo"]
 
 
 def test_reuse_form_without_the_csrf_token_is_refused(csrf_client: Client, library: dict[str, Pathway]) -> None:
@@ -60,21 +65,35 @@ def test_reuse_form_without_the_csrf_token_is_refused(csrf_client: Client, libra
     assert written() == before
 
 
-def test_reuse_by_htmx_returns_the_hits_fragment(csrf_client: Client, library: dict[str, Pathway]) -> None:
+def test_reuse_button_explains_what_a_reuse_does(operator_client: Client, library: dict[str, Pathway]) -> None:
+    page = doc(operator_client.get(CONSOLE, {"trigger_type": "lab_result", "trigger_ref": "labs/potassium"}))
+    button = page.by_id(f"candidate-{library['exact'].pk}").one("button")
+
+    help_text = page.by_id(button.attrs["aria-describedby"])
+    assert help_text.text == "Counts this reuse and strengthens the pathway."
+
+
+def test_reuse_by_htmx_returns_the_actions_with_undo_and_the_hits_out_of_band(
+    csrf_client: Client, library: dict[str, Pathway]
+) -> None:
     sibling = library["sibling"]
     page = doc(csrf_client.get(CONSOLE, {"trigger_type": "lab_result", "trigger_ref": "labs/potassium"}))
     button = page.by_id(f"candidate-{sibling.pk}").one("button")
-    assert button.attrs["hx-target"] == f"#hits-{sibling.pk}"
+    assert button.attrs["hx-target"] == f"#reuse-actions-{sibling.pk}"
     included = page.one(id=button.attrs["hx-include"].removeprefix("#"))
 
     # htmx posts the included hidden form (with its CSRF token) to hx-post.
     response = csrf_client.post(button.attrs["hx-post"], form_fields(included), headers=HTMX)
 
     assert response.status_code == 200
-    hits = doc(response).one("span", "hits")
-    assert hits.attrs["id"] == f"hits-{sibling.pk}"
+    fragment = doc(response)
+    actions = fragment.by_id(f"reuse-actions-{sibling.pk}")
+    assert actions.one("p", role="status").text.startswith("Reused just now.")
+    assert actions.one("button").text == "Undo"
+    hits = fragment.one("span", "hits")
+    assert (hits.attrs["id"], hits.attrs["hx-swap-oob"]) == (f"hits-{sibling.pk}", "true")
     assert hits.attrs["data-hits"] == "2"
-    assert hits.text == "2 reuses · reused just now"
+    assert hits.text == "2 reuses, the last just now"
     sibling.refresh_from_db()
     assert sibling.hit_count == 2
     assert len(events(HIT_PROXY)) == 1
@@ -99,10 +118,9 @@ def test_reuse_of_a_demoted_pathway_by_htmx_is_409_and_unchanged(
     response = operator_client.post(reuse_url(stale.pk), headers=HTMX)
 
     assert response.status_code == 409
-    hits = doc(response).one("span", "hits")
-    assert hits.attrs["id"] == f"hits-{stale.pk}"
-    assert hits.attrs["role"] == "alert"
-    assert hits.text == "Demoted: it can no longer be reused"
+    actions = doc(response).by_id(f"reuse-actions-{stale.pk}")
+    assert actions.one("p", role="alert").text == "Demoted: it can no longer be reused"
+    assert not actions.select("button")
     assert written() == before
 
 
@@ -182,18 +200,41 @@ def test_page_shows_the_comparison_without_javascript(operator_client: Client, l
     ]
     assert "Pick:" in comparison.text
     assert len(candidate_rows(page)) == 3  # the candidates are still listed
+    # ... with the two boxes still ticked, so the operator can untick one and pick another.
+    assert {
+        box.attrs["value"]
+        for box in page.by_id("compare-form").select("input", type="checkbox")
+        if "checked" in box.attrs
+    } == ticked
+    # The plain form lands on the comparison.
+    assert compare_form.attrs["action"] == f"{CONSOLE}#comparison"
 
 
-@pytest.mark.parametrize("count", [1, 3])
-def test_compare_needs_exactly_two(operator_client: Client, library: dict[str, Pathway], count: int) -> None:
-    ids = [str(p.pk) for p in library.values()][:count]
-
-    response = operator_client.get(COMPARE, {"compare": ids}, headers=HTMX)
+def test_compare_with_one_tick_asks_for_another(operator_client: Client, library: dict[str, Pathway]) -> None:
+    response = operator_client.get(COMPARE, {"compare": [str(library["exact"].pk)]}, headers=HTMX)
 
     assert response.status_code == 200
     fragment = doc(response)
-    assert fragment.one("p", role="alert").text == "Tick exactly two candidates to compare them."
+    assert fragment.one("p", role="status").text == "Tick one more candidate to compare the two."
     assert not fragment.select("svg")
+
+
+@pytest.mark.parametrize("count", [3, 5])
+@pytest.mark.parametrize("htmx", [False, True])
+def test_compare_of_more_than_two_is_400_naming_the_field(
+    operator_client: Client, library: dict[str, Pathway], count: int, htmx: bool
+) -> None:
+    ids = [str(p.pk) for p in library.values()][:count]
+
+    if htmx:
+        response = operator_client.get(COMPARE, {"compare": ids}, headers=HTMX)
+    else:  # the page without JavaScript: three boxes ticked and "Compare the two ticked"
+        response = operator_client.get(CONSOLE, {"trigger_type": "lab_result", "compare": ids})
+
+    assert response.status_code == 400
+    comparison = doc(response) if htmx else doc(response).by_id("comparison")
+    assert comparison.one("p", role="alert").text == "compare: Compare two at a time: untick one first."
+    assert not comparison.select("svg")
 
 
 @pytest.mark.parametrize(
