@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test lint fmt setup db browser wrk bench bench-matcher bench-flow-list clean
+.PHONY: run stop test lint fmt setup db browser wrk bench bench-matcher bench-flow-list bench-export clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -77,10 +77,15 @@ bench: db wrk $(BENCH_TOOLS)/bin/py-spy
 	$(BIN)/python scripts/bench_ingest.py
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py
 	$(BIN)/python scripts/bench_flow_list.py
+	$(BIN)/python scripts/bench_export.py
 
 # The operators' flow list over 1,000,000 flows (server time in process).
 bench-flow-list: db
 	$(BIN)/python scripts/bench_flow_list.py
+
+# reasoning_export --format raw over 10,000 and 100,000 flows of 5 steps: rows/s and peak RSS.
+bench-export: db
+	$(BIN)/python scripts/bench_export.py
 
 bench-matcher: db $(BENCH_TOOLS)/bin/py-spy
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py

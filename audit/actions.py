@@ -16,6 +16,10 @@ class Action(StrEnum):
     FLOW_COMPLETED = "reasoning.flow.completed"
     FLOW_ABORTED = "reasoning.flow.aborted"
     FLOW_OUTCOME_RECORDED = "reasoning.flow.outcome_recorded"
+    # One finished reasoning_export run: its flags and counts (never the patient-key salt, never a row)
+    REASONING_EXPORT_COMPLETED = "reasoning.export.completed"
+    EVALUATION_RUN_RECORDED = "reasoning.evaluation.run_recorded"
+    ADMIN_EXPORT_DOWNLOADED = "admin.reasoning.export.downloaded"
 
     # Reads that are audited
     ADMIN_FLOW_READ = "admin.reasoning.flow.read"

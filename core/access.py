@@ -7,7 +7,7 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import render
 from django.urls import reverse
 
@@ -21,12 +21,12 @@ def is_operator(user: Any) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
 
 
-def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def operator_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """The one gate for operator pages: anonymous → the login page; a logged-in
     non-operator (a patient) → 403 with a plain page. Every operator page uses it."""
 
     @wraps(view)
-    def gated(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def gated(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if not request.user.is_authenticated:
             # After logging in the browser GETs `next`: a form's POST-only URL would be a 405.
             safe = request.method in ("GET", "HEAD")

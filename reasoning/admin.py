@@ -27,7 +27,7 @@ from audit.admin import ReadOnlyAdmin, ServiceAdmin
 from core.errors import Conflict
 from reasoning import services
 from reasoning.dimensions import is_radar
-from reasoning.models import ApiToken, ReasoningFlow, ReasoningStep
+from reasoning.models import ApiToken, EvaluationRun, ReasoningFlow, ReasoningStep
 from reasoning.serializers import FLOW_FIELDS
 from reasoning.templatetags.radar import radar
 
@@ -139,6 +139,15 @@ class ReasoningFlowAdmin(ReadOnlyAdmin):
         if request.method == "GET" and response.status_code == 200:
             services.read_flow_for_admin(uuid.UUID(unquote(object_id)), actor=ServiceAdmin.actor(request))
         return response
+
+
+@admin.register(EvaluationRun)
+class EvaluationRunAdmin(ReadOnlyAdmin):
+    """Recorded gate runs (``--record``), as the evaluation page shows them: read-only."""
+
+    list_display = ("created_at", "kind", "source", "total", "drifting", "skipped", "threshold", "passed")
+    list_filter = ("kind", "passed", ("created_at", admin.DateFieldListFilter))
+    ordering = ("-created_at",)
 
 
 class ApiTokenAddForm(forms.ModelForm[ApiToken]):

@@ -264,3 +264,40 @@ class PendingSpan(models.Model):
 
     def __str__(self) -> str:
         return f"pending span {self.span_id} of trace {self.trace_id}"
+
+
+class EvaluationRun(models.Model):
+    """A recorded run of a regression gate (``reasoning_signature_check`` or ``reasoning_replay``
+    with ``--record``), for the evaluation page. Labels and ids only: no summaries."""
+
+    class Kind(models.TextChoices):
+        SIGNATURE_CHECK = "signature_check"
+        REPLAY = "replay"
+
+    id = models.BigAutoField(primary_key=True)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    # The input file's name, or the invoker (``stub``, ``reference``, ``http``).
+    source = models.CharField(max_length=200)
+    total = models.PositiveIntegerField()
+    drifting = models.PositiveIntegerField()
+    skipped = models.PositiveIntegerField(default=0)
+    threshold = models.FloatField()
+    passed = models.BooleanField()
+    # {trigger_type: {"total": n, "drifting": n, "skipped": n}}
+    by_trigger_type = models.JSONField(default=dict)
+    # [{"id": <flow or case id>, "trigger_type": ..., "status": ...}] for every result that is not matched
+    findings = models.JSONField(default=list)
+    actor = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "reasoning_evaluation_run"
+        indexes = [models.Index(fields=["kind", "created_at"], name="reasoning_evalrun_kind_created")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} run {self.pk} ({'passed' if self.passed else 'failed'})"
+
+    @property
+    def drift_share(self) -> float:
+        checked = self.total - self.skipped
+        return self.drifting / checked if checked else 0.0

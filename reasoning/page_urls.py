@@ -5,10 +5,13 @@ from __future__ import annotations
 from django.urls import path
 
 from reasoning import views
+from reasoning.evaluation import views as evaluation
 
 urlpatterns = [
     path("dashboard/reasoning/<uuid:decision_id>", views.narrative_page, name="narrative-page"),
     path("dashboard/admin/reasoning/", views.reasoning_dashboard_page, name="reasoning-dashboard"),
+    path("dashboard/admin/reasoning/evaluation", evaluation.evaluation_page_view, name="evaluation-page"),
+    path("dashboard/admin/reasoning/evaluation/export", evaluation.evaluation_export, name="evaluation-export"),
     path("dashboard/admin/reasoning/flows", views.admin_flow_list_page, name="admin-flow-list"),
     path("dashboard/admin/reasoning/flows/summary", views.admin_flow_list_summary, name="admin-flow-list-summary"),
     path("dashboard/admin/reasoning/<uuid:flow_id>", views.admin_flow_page, name="admin-flow-page"),

@@ -24,7 +24,7 @@ from core.errors import Conflict, InvalidInput, NotFound
 from patients.models import Patient
 from reasoning import ingest
 from reasoning.auth import TOKEN_PREFIX, hash_token, token_cache
-from reasoning.models import ApiToken, ReasoningFlow, ReasoningStep
+from reasoning.models import ApiToken, EvaluationRun, ReasoningFlow, ReasoningStep
 
 logger = logging.getLogger(__name__)
 
@@ -343,3 +343,64 @@ def purge_reasoning_batch(
         payload={"picked": len(step_ids), "purged": purged, "retention_days": retention_days},
     )
     return purged
+
+
+# --- Evaluation exports --------------------------------------------------------------
+
+
+@transaction.atomic(durable=True)
+def record_export_completed(*, actor: str, flags: Mapping[str, Any], counts: Mapping[str, Any]) -> int:
+    """Audit one finished ``reasoning_export`` (``reasoning.export.completed``): the flags it
+    ran with and what it wrote (rows, bytes, seconds, candidates). Labels, times and counts
+    only: never the patient-key salt, never a row. Returns the event's sequence number."""
+    return record(Action.REASONING_EXPORT_COMPLETED, actor=actor, payload={"flags": dict(flags), **counts})
+
+
+@transaction.atomic
+def record_evaluation_run(
+    *,
+    kind: str,
+    source: str,
+    total: int,
+    drifting: int,
+    skipped: int,
+    threshold: float,
+    passed: bool,
+    by_trigger_type: Mapping[str, Mapping[str, int]],
+    findings: Sequence[Mapping[str, str]],
+    actor: str,
+) -> EvaluationRun:
+    """Store one regression-gate run (``--record``) for the evaluation page, audited as
+    ``reasoning.evaluation.run_recorded`` with its counts. ``findings`` are the results that
+    did not match, as ids, trigger types and statuses only."""
+    run = EvaluationRun.objects.create(
+        kind=EvaluationRun.Kind(kind),
+        source=source[:200],
+        total=total,
+        drifting=drifting,
+        skipped=skipped,
+        threshold=threshold,
+        passed=passed,
+        by_trigger_type={key: dict(value) for key, value in by_trigger_type.items()},
+        findings=[dict(finding) for finding in findings],
+        actor=actor,
+    )
+    record(
+        Action.EVALUATION_RUN_RECORDED,
+        actor=actor,
+        target=run,
+        payload={"kind": run.kind, "total": total, "drifting": drifting, "skipped": skipped, "passed": passed},
+    )
+    return run
+
+
+@transaction.atomic
+def record_export_downloaded(*, actor: str, since: datetime, until: datetime, rows: int) -> int:
+    """Audit an operator's download of a raw export from the evaluation page
+    (``admin.reasoning.export.downloaded``): the window and the number of rows, before the
+    first byte is sent. Returns the event's sequence number."""
+    return record(
+        Action.ADMIN_EXPORT_DOWNLOADED,
+        actor=actor,
+        payload={"format": "raw", "since": since.isoformat(), "until": until.isoformat(), "rows": rows},
+    )

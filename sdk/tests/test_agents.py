@@ -13,6 +13,7 @@ from conftest import FakeIngest
 from reasoning_flow_sdk import ReasoningFlowRecorder, extract_reasoning, turn
 from reasoning_flow_sdk.agents import (
     CANONICAL,
+    NO_EVIDENCE,
     SHAPES,
     Correlator,
     Critic,
@@ -224,3 +225,56 @@ def test_agents_in_one_turn_share_its_trace_id(recorder: ReasoningFlowRecorder, 
     flows = delivered(recorder, ingest)
     assert flows[researched.flow_id]["trace_id"] == flows[criticised.flow_id]["trace_id"] == turn_id
     assert flows[alone.flow_id]["trace_id"] != turn_id
+
+
+# --- giving up without evidence ------------------------------------------------------------------------
+def prompt_without_evidence(agent: str) -> str:
+    """A prompt for which the default offline model finds no supporting source."""
+    model = OfflineModel()
+    return next(p for p in (f"{QUESTION} #{n}" for n in range(500)) if model.complete(agent, p).evidence_hits == 0)
+
+
+def test_an_agent_without_evidence_aborts_before_its_verdict_when_asked_to(
+    recorder: ReasoningFlowRecorder, ingest: FakeIngest
+) -> None:
+    question = prompt_without_evidence("researcher")
+    result = Researcher(recorder, abort_without_evidence=True).run(question, trace_id="a" * 32)
+
+    flow = delivered(recorder, ingest)[result.flow_id]
+    assert result.aborted and result.evidence_hits == 0
+    assert kinds(flow) == ["retrieval", "llm_prompt"]  # the canonical steps but the verdict
+    assert_a_chain(flow)
+    assert flow["trace_id"] == "a" * 32
+    assert flow["close"]["flow_state"] == "aborted"
+    assert flow["close"]["abort_reason"] == NO_EVIDENCE
+    assert "outcome_type" not in flow["close"]
+
+
+def test_an_agent_with_evidence_completes_even_when_it_may_give_up(
+    recorder: ReasoningFlowRecorder, ingest: FakeIngest
+) -> None:
+    model = OfflineModel()
+    prompts = (f"{QUESTION} #{n}" for n in range(500))
+    question = next(
+        p
+        for p in prompts
+        if model.complete("critic", p).verdict == "reject" and model.complete("critic", p).evidence_hits
+    )
+
+    result = Critic(recorder, abort_without_evidence=True).run(question)
+
+    flow = delivered(recorder, ingest)[result.flow_id]
+    assert not result.aborted
+    assert kinds(flow) == ["graph_walk", "llm_prompt", "verdict"]
+    assert flow["close"]["flow_state"] == "completed"
+    assert flow["close"]["outcome_metrics"]["verdict"] == "reject"  # weak, but with evidence: a verdict
+
+
+def test_by_default_an_agent_without_evidence_completes(recorder: ReasoningFlowRecorder, ingest: FakeIngest) -> None:
+    result = Researcher(recorder).run(prompt_without_evidence("researcher"))
+
+    flow = delivered(recorder, ingest)[result.flow_id]
+    assert not result.aborted
+    assert kinds(flow) == ["retrieval", "llm_prompt", "verdict"]
+    assert (flow["close"]["flow_state"], flow["close"]["outcome_type"]) == ("completed", "claim_created")
+    assert flow["close"]["outcome_metrics"]["evidence_hits"] == 0

@@ -111,6 +111,7 @@ def test_it_links_to_the_operator_pages_and_leads_the_nav(operator_client: Clien
         "/dashboard/admin/reasoning/research-console",
         "/dashboard/admin/reasoning/flows",
         "/dashboard/admin/reasoning/pathway-library",
+        "/dashboard/admin/reasoning/evaluation",
     ]
     account = page.one("nav", aria_label="Account")
     first = account.select("a")[0]

@@ -8,7 +8,7 @@ The three agents of seed 000 (phase 1c) with their canonical step sequences:
 | ``Critic`` | ``claim_review`` | graph_walk → llm_prompt → verdict |
 | ``Correlator`` | ``correlation_request`` | aggregation → llm_prompt → verdict |
 
-and the benchmark pipeline (one flow per case, ``trigger_ref = benchmark/{run_id}/{case_id}``:
+and the benchmark pipeline (one ``benchmark_case`` flow per case, ``trigger_ref = benchmark/{run_id}/{case_id}``:
 retrieval → evidence_assembly → summary → provenance_check → verdict).
 
 Their model is ``OfflineModel``: a deterministic stand-in (seeded by the seed, the agent and the
@@ -16,6 +16,11 @@ question; no network, no weights) that answers in the OpenAI chat-completion sha
 reasoning in either provider's place, and produces the numbers the research loop reads
 (``composite_k``, ``evidence_hits``, ``verdict``). Summaries describe the step, never the
 question: the question may hold PHI, so it goes only into the encrypted ``inputs`` field.
+
+An agent made with ``abort_without_evidence=True`` gives up when the model finds no supporting
+source: it records its steps up to the verdict and closes the flow ``aborted`` with the reason
+``no_evidence`` (``NO_EVIDENCE``). Off by default: a weak result is normally completed, and the
+server's research producer turns it into a backlog request. Replays use it to exercise aborts.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from reasoning_flow_sdk.reasoning import extract_reasoning
 from reasoning_flow_sdk.recorder import BaseRecorder
 
 MODEL_NAME = "offline-reasoner-1"
+NO_EVIDENCE = "no_evidence"  # the abort reason of an agent that gave up without evidence
 SHAPES = ("message.reasoning_content", "message.reasoning", "reasoning_content")
 
 # agent → (trigger type, canonical kinds, the summary of each kind)
@@ -39,7 +45,7 @@ CANONICAL: dict[str, tuple[str, tuple[str, ...]]] = {
     "researcher": ("user_question", ("retrieval", "llm_prompt", "verdict")),
     "critic": ("claim_review", ("graph_walk", "llm_prompt", "verdict")),
     "correlator": ("correlation_request", ("aggregation", "llm_prompt", "verdict")),
-    "benchmark": ("user_question", ("retrieval", "evidence_assembly", "summary", "provenance_check", "verdict")),
+    "benchmark": ("benchmark_case", ("retrieval", "evidence_assembly", "summary", "provenance_check", "verdict")),
 }
 SUMMARIES = {
     "retrieval": "Retrieved candidate evidence for the question",
@@ -120,6 +126,7 @@ class AgentResult:
     evidence_hits: int
     answer: str | None
     reasoning_chars: int
+    aborted: bool = False
 
 
 def emit_agent_flow(
@@ -140,13 +147,15 @@ def emit_agent_flow(
     trace_id: str | None = None,
     dispatched_from_backlog: bool | None = None,
     flow_id: str | None = None,
+    abort_reason: str | None = None,
 ) -> str:
     """Record one run of ``agent`` as a flow, fire-and-forget; returns the flow's id at once.
 
     ``steps``: each a mapping of step fields (``kind``, ``summary_text``, …); by default the
     agent's canonical sequence with content-free summaries. The ``llm_prompt`` step carries
     ``llm_response`` (its reasoning, model and tokens), the first step ``inputs``, and every step
-    the back-refs. Never raises.
+    the back-refs. ``abort_reason`` (a label): close the flow aborted with it after the steps
+    instead of completing it. Never raises.
     """
     fid = flow_id or str(uuid.uuid4())
     try:
@@ -176,7 +185,10 @@ def emit_agent_flow(
             else:
                 summary = fields.pop("summary_text", None) or SUMMARIES.get(kind, f"Ran the {kind} step")
                 previous = flow.step(kind, summary, **fields)
-        flow.complete(outcome_type, outcome_metrics=outcome_metrics)
+        if abort_reason:
+            flow.abort(abort_reason)
+        else:
+            flow.complete(outcome_type, outcome_metrics=outcome_metrics)
     except Exception:
         logger.exception("could not emit the %s flow", agent)
     return fid
@@ -186,6 +198,7 @@ def emit_agent_flow(
 class _Agent:
     recorder: BaseRecorder
     model: OfflineModel = field(default_factory=OfflineModel)
+    abort_without_evidence: bool = False  # give up (abort, NO_EVIDENCE) when the model finds no source
     name = "agent"
     outcome_type = "claim_created"
 
@@ -204,9 +217,14 @@ class _Agent:
         reply = self.model.complete(self.name, question)
         answer, reasoning = extract_reasoning(reply.response, thinking=True)
         confidence = round(min(0.99, 0.5 + reply.composite_k / 2), 3)
+        aborted = self.abort_without_evidence and reply.evidence_hits == 0
+        # Giving up: every canonical step but the verdict, then the abort.
+        steps = [{"kind": kind} for kind in CANONICAL[self.name][1][:-1]] if aborted else None
         flow_id = emit_agent_flow(
             self.recorder,
             self.name,
+            steps=steps,
+            abort_reason=NO_EVIDENCE if aborted else None,
             trigger_type=trigger_type,
             trigger_ref=trigger_ref,
             outcome_type=self.outcome_type,
@@ -221,7 +239,14 @@ class _Agent:
             dispatched_from_backlog=dispatched_from_backlog or None,
         )
         return AgentResult(
-            flow_id, self.name, reply.verdict, reply.composite_k, reply.evidence_hits, answer, len(reasoning or "")
+            flow_id,
+            self.name,
+            reply.verdict,
+            reply.composite_k,
+            reply.evidence_hits,
+            answer,
+            len(reasoning or ""),
+            aborted=aborted,
         )
 
     def metrics(self, reply: ModelReply, claim_id: str | None) -> dict[str, Any]:
@@ -299,6 +324,7 @@ def run_benchmark_case(
 
 __all__ = [
     "CANONICAL",
+    "NO_EVIDENCE",
     "AgentResult",
     "Correlator",
     "Critic",
