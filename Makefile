@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test lint fmt setup db browser wrk bench bench-matcher bench-flow-list bench-export clean
+.PHONY: run stop test lint fmt setup db browser wrk bench bench-matcher bench-flow-list bench-export bench-drift clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,8 +53,9 @@ browser:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
 	fi
 
+# One worker per core (pytest-xdist; each worker gets its own test database).
 test: lint db browser
-	CHROMIUM=$(CHROMIUM) $(BIN)/pytest
+	CHROMIUM=$(CHROMIUM) $(BIN)/pytest -n auto
 
 # The write-path benchmark drives the API with Debian's wrk: install it when missing.
 wrk:
@@ -78,6 +79,7 @@ bench: db wrk $(BENCH_TOOLS)/bin/py-spy
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py
 	$(BIN)/python scripts/bench_flow_list.py
 	$(BIN)/python scripts/bench_export.py
+	$(BIN)/python scripts/bench_drift.py
 
 # The operators' flow list over 1,000,000 flows (server time in process).
 bench-flow-list: db
@@ -86,6 +88,10 @@ bench-flow-list: db
 # reasoning_export --format raw over 10,000 and 100,000 flows of 5 steps: rows/s and peak RSS.
 bench-export: db
 	$(BIN)/python scripts/bench_export.py
+
+# The daily drift job over 100 agents x 50 sessions x 20 decisions: agents judged per second.
+bench-drift: db
+	$(BIN)/python scripts/bench_drift.py
 
 bench-matcher: db $(BENCH_TOOLS)/bin/py-spy
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py

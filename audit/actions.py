@@ -24,6 +24,10 @@ class Action(StrEnum):
     # Reads that are audited
     ADMIN_FLOW_READ = "admin.reasoning.flow.read"
     ADMIN_FLOW_REASONING_READ = "admin.reasoning.flow.reasoning_content_read"
+    # Every flow of one trace id (an agent turn) as one graph: the flow ids and counts
+    ADMIN_TURN_READ = "admin.reasoning.turn.read"
+    # A session's decisions as a timeline (labels, counts, times): the flow count
+    ADMIN_SESSION_REPLAY_READ = "admin.reasoning.session.replay_read"
     PATIENT_FLOW_READ = "patient.reasoning.flow.read"
     PATIENT_FLOWS_LISTED = "patient.reasoning.flows.listed"
 
@@ -99,12 +103,20 @@ class Action(StrEnum):
     JOB_FLOW_DECAY_COMPLETED = "memory.job.reasoning_flow_decay.completed"
     JOB_FLOW_DECAY_ERROR = "memory.job.reasoning_flow_decay.error"
 
+    # Drift per agent: one event per stored report (its levels and counts), inside the job's run
+    DRIFT_REPORT_STORED = "reasoning.drift.report_stored"
+    JOB_DRIFT_STARTED = "memory.job.reasoning_drift.started"
+    JOB_DRIFT_COMPLETED = "memory.job.reasoning_drift.completed"
+    JOB_DRIFT_ERROR = "memory.job.reasoning_drift.error"
+
 
 # Routine reads: audited, but the admin's audit list hides them unless asked ("kind"), so that
 # changes and sensitive reads (raw reasoning, PHI) are not drowned out.
 ROUTINE_READS = frozenset(
     {
         Action.ADMIN_FLOW_READ.value,
+        Action.ADMIN_TURN_READ.value,
+        Action.ADMIN_SESSION_REPLAY_READ.value,
         Action.PATIENT_FLOW_READ.value,
         Action.PATIENT_FLOWS_LISTED.value,
         Action.PATHWAY_MATCH_REQUESTED.value,

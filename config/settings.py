@@ -284,6 +284,47 @@ REASONING_CONTENT_RETENTION_DAYS = env_int("REASONING_CONTENT_RETENTION_DAYS", 3
 # /healthz says "degraded" and operator pages show a banner (the chainer is down or behind).
 AUDIT_CHAIN_MAX_LAG_S = env_float("AUDIT_CHAIN_MAX_LAG_S", 60.0, minimum=1.0)
 
+
+# Drift per agent (reasoning.drift; docs/outcomes-and-drift.md "Drift per agent"): the baseline is
+# the agent's last DRIFT_BASELINE_SESSIONS completed sessions; with fewer than
+# DRIFT_MIN_BASELINE_SESSIONS every level is "insufficient_baseline".
+DRIFT_BASELINE_SESSIONS = env_int("DRIFT_BASELINE_SESSIONS", 20, minimum=1)
+DRIFT_MIN_BASELINE_SESSIONS = env_int("DRIFT_MIN_BASELINE_SESSIONS", 5, minimum=1)
+# (watch, alert, investigate) per signal: the relative change against the baseline mean
+# (decision_mix: the Jensen-Shannon distance itself). DRIFT_THRESHOLDS (JSON) overrides some,
+# e.g. {"confidence": [0.05, 0.15, 0.3]}.
+DRIFT_THRESHOLDS: dict[str, tuple[float, float, float]] = {
+    "confidence": (0.10, 0.20, 0.35),
+    "decisions": (0.25, 0.50, 0.75),
+    "escalation_rate": (0.50, 0.75, 1.00),
+    "accuracy": (0.10, 0.20, 0.30),
+    "decision_mix": (0.20, 0.35, 0.50),
+}
+if _drift_overrides := env_str("DRIFT_THRESHOLDS"):
+    import json
+
+    try:
+        _drift_given = json.loads(_drift_overrides)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DRIFT_THRESHOLDS must be a JSON object: {exc}") from exc
+    if not isinstance(_drift_given, dict):
+        raise ImproperlyConfigured("DRIFT_THRESHOLDS must be a JSON object of signal: [watch, alert, investigate]")
+    for _signal, _levels in _drift_given.items():
+        if _signal not in DRIFT_THRESHOLDS:
+            raise ImproperlyConfigured(
+                f"DRIFT_THRESHOLDS: unknown signal {_signal!r} (known: {sorted(DRIFT_THRESHOLDS)})"
+            )
+        if not (
+            isinstance(_levels, list)
+            and len(_levels) == 3
+            and all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < float("inf") for v in _levels)
+            and _levels[0] <= _levels[1] <= _levels[2]
+        ):
+            raise ImproperlyConfigured(
+                f"DRIFT_THRESHOLDS[{_signal!r}] must be three ascending non-negative numbers, got {_levels!r}"
+            )
+        DRIFT_THRESHOLDS[_signal] = (float(_levels[0]), float(_levels[1]), float(_levels[2]))
+
 # --- Logging ------------------------------------------------------------------------
 LOGGING = {
     "version": 1,

@@ -451,11 +451,7 @@ class AdminFlowDetailView(ApiView):
     )
     def get(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
-        include_reasoning = parse_flag(request.query_params.get("include_reasoning"), "include_reasoning")
-        if include_reasoning:
-            user = request.user
-            if not (isinstance(user, TokenPrincipal) and user.has_scope(ApiToken.Scope.COT_READ)):
-                raise PermissionDenied("include_reasoning=true needs the 'reasoning.cot.read' scope.")
+        include_reasoning = include_reasoning_of(request)
         flow, steps = services.read_flow_for_admin(pk, actor=actor_for(request), include_reasoning=include_reasoning)
         return Response(admin_flow_representation(flow, steps, include_reasoning=include_reasoning))
 
@@ -489,3 +485,13 @@ class AdminStatsView(ApiView):
     )
     def get(self, request: Request) -> Response:
         return Response(reasoning_stats())
+
+
+def include_reasoning_of(request: Request) -> bool:
+    """``?include_reasoning=true``, allowed only to a token with ``reasoning.cot.read`` (403 otherwise)."""
+    include_reasoning = parse_flag(request.query_params.get("include_reasoning"), "include_reasoning")
+    if include_reasoning:
+        user = request.user
+        if not (isinstance(user, TokenPrincipal) and user.has_scope(ApiToken.Scope.COT_READ)):
+            raise PermissionDenied("include_reasoning=true needs the 'reasoning.cot.read' scope.")
+    return include_reasoning

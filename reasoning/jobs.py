@@ -13,8 +13,10 @@ from django.utils import timezone
 
 from audit.services import job_run
 from core.errors import Conflict
-from reasoning.models import ReasoningFlow, ReasoningStep
-from reasoning.services import close_flow, purge_reasoning_batch
+from reasoning.drift import judge_agent
+from reasoning.drift_queries import completed_sessions, reported_sessions
+from reasoning.models import DriftReport, ReasoningFlow, ReasoningStep
+from reasoning.services import close_flow, purge_reasoning_batch, store_drift_reports
 from reasoning.traces import adopt_orphans
 
 logger = logging.getLogger(__name__)
@@ -30,6 +32,7 @@ SCHEDULES = [
         "func": "reasoning.jobs.purge_reasoning_content",
         "schedule_type": "D",
     },
+    {"name": "reasoning.drift", "func": "reasoning.jobs.compute_drift_reports", "schedule_type": "D"},
 ]
 
 
@@ -96,3 +99,44 @@ def purge_reasoning_content(now: datetime | None = None, *, batch_size: int = 10
     purged = counts["purged"]
     logger.info("reasoning content retention: purged %d step(s) older than %d days", purged, days)
     return int(purged)
+
+
+DRIFT_ACTOR = "system:reasoning_drift"
+
+
+def compute_drift_reports(*, agent: str | None = None, now: datetime | None = None) -> list[DriftReport]:
+    """Judge completed sessions against each agent's baseline and store a drift report per
+    session (``reasoning.drift``; docs/outcomes-and-drift.md "Drift per agent").
+
+    Without ``agent``: every agent's sessions that have no report yet (the daily run). With
+    ``agent``: every completed session of that agent, again (its reports are replaced).
+    Reads in two queries whatever the number of sessions (the session aggregates of every
+    agent in one SQL pass, then the sessions already reported); writes one transaction per
+    agent (``services.store_drift_reports``). Returns the stored reports, by agent and session order.
+    """
+    window, minimum = settings.DRIFT_BASELINE_SESSIONS, settings.DRIFT_MIN_BASELINE_SESSIONS
+    stored: list[DriftReport] = []
+    with job_run(
+        "reasoning_drift",
+        actor=DRIFT_ACTOR,
+        payload={"baseline_sessions": window, "min_baseline_sessions": minimum, "one_agent": agent is not None},
+    ) as counts:
+        sessions = completed_sessions(agent)
+        reported = {} if agent is not None else reported_sessions()
+        counts.update(agents=0, sessions=0)
+        for name in sorted(sessions):
+            judgements = judge_agent(
+                sessions[name],
+                only=None if agent is not None else {s.session_id for s in sessions[name]} - reported.get(name, set()),
+                window=window,
+                min_baseline=minimum,
+                thresholds=settings.DRIFT_THRESHOLDS,
+            )
+            if judgements:
+                stored.extend(store_drift_reports(name, judgements, actor=DRIFT_ACTOR, now=now))
+                counts["agents"] += 1
+                counts["sessions"] += len(judgements)
+        for level in DriftReport.Level.values:
+            counts[level] = sum(1 for report in stored if report.level == level)
+    logger.info("drift: judged %d session(s) of %d agent(s)", counts["sessions"], counts["agents"])
+    return stored

@@ -59,6 +59,12 @@ class ReasoningFlow(models.Model):
     outcome_summary = models.CharField(max_length=280, blank=True, default="")
     outcome_confidence = models.FloatField(null=True, blank=True)
     abort_reason = models.CharField(max_length=200, blank=True, default="")
+    # What happened after the decision, recorded once (POST …/flows/{id}/outcome) and then
+    # immutable: a trigger refuses any change once outcome_recorded_at is set. ``outcome_correct``
+    # is ternary: true, false, or null (unknown is an answer too).
+    outcome = models.CharField(max_length=280, blank=True, default="", db_default="")
+    outcome_correct = models.BooleanField(null=True, blank=True)
+    outcome_recorded_at = models.DateTimeField(null=True, blank=True)
     # What the agent measured about its result (composite_k, evidence_hits, verdict, ...):
     # read by the research-backlog producers at close. Labels and numbers only.
     outcome_metrics = models.JSONField(default=dict, blank=True, db_default=models.Value({}, models.JSONField()))
@@ -97,6 +103,12 @@ class ReasoningFlow(models.Model):
             models.Index(fields=["root_span_id"], name="reasoning_flow_root_span", condition=~Q(root_span_id="")),
             # Newest flows first, unfiltered: the admin flow list and Django admin's changelist.
             models.Index(fields=["created_at"], name="reasoning_flow_created"),
+            # A session's flows (session summaries and drift), in time order.
+            models.Index(
+                fields=["session_id", "created_at"],
+                name="reasoning_flow_session_created",
+                condition=~Q(session_id=""),
+            ),
             # The decay job: active flows older than the cut-off.
             models.Index(fields=["flow_state", "created_at"], name="reasoning_flow_state_created"),
             # Decision Dimensions' Risk axis: aborted flows with the same trigger.
@@ -301,3 +313,43 @@ class EvaluationRun(models.Model):
     def drift_share(self) -> float:
         checked = self.total - self.skipped
         return self.drifting / checked if checked else 0.0
+
+
+class DriftReport(models.Model):
+    """How one completed session of an agent compared with the agent's baseline
+    (``reasoning.drift``). One row per (agent, session): a recompute replaces it, and the
+    audit trail keeps every computation's levels. Labels, counts and numbers only."""
+
+    class Level(models.TextChoices):
+        INSUFFICIENT_BASELINE = "insufficient_baseline"
+        NORMAL = "normal"
+        WATCH = "watch"
+        ALERT = "alert"
+        INVESTIGATE = "investigate"
+
+    id = models.BigAutoField(primary_key=True)
+    agent = models.CharField(max_length=100)
+    session_id = models.CharField(max_length=100)
+    # The latest closed_at of the session's flows: the order of sessions in a baseline.
+    session_ended_at = models.DateTimeField()
+    computed_at = models.DateTimeField(default=timezone.now)
+    # How many earlier sessions the baseline held (fewer than DRIFT_MIN_BASELINE_SESSIONS: no levels).
+    baseline_sessions = models.PositiveIntegerField()
+    decisions = models.PositiveIntegerField()
+    # {signal: {"value": float | null, "baseline": float | null, "level": Level}}
+    signals = models.JSONField(default=dict)
+    # The worst level of the signals.
+    level = models.CharField(max_length=32, choices=Level.choices)
+
+    class Meta:
+        db_table = "reasoning_drift_report"
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "session_id"], name="reasoning_driftreport_agent_session"),
+        ]
+        indexes = [
+            # GET /admin/v1/reasoning/agents/{agent}/drift: an agent's latest sessions first.
+            models.Index(fields=["agent", "-session_ended_at"], name="reasoning_drift_agent_ended"),
+        ]
+
+    def __str__(self) -> str:
+        return f"drift of {self.agent} session {self.session_id} ({self.level})"

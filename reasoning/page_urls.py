@@ -14,5 +14,6 @@ urlpatterns = [
     path("dashboard/admin/reasoning/evaluation/export", evaluation.evaluation_export, name="evaluation-export"),
     path("dashboard/admin/reasoning/flows", views.admin_flow_list_page, name="admin-flow-list"),
     path("dashboard/admin/reasoning/flows/summary", views.admin_flow_list_summary, name="admin-flow-list-summary"),
+    path("dashboard/admin/reasoning/turns/<path:trace_id>", views.admin_turn_page, name="admin-turn-page"),
     path("dashboard/admin/reasoning/<uuid:flow_id>", views.admin_flow_page, name="admin-flow-page"),
 ]

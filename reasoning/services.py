@@ -19,12 +19,13 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from audit.actions import Action
-from audit.services import record
+from audit.services import Event, record, record_many
 from core.errors import Conflict, InvalidInput, NotFound
 from patients.models import Patient
-from reasoning import ingest
+from reasoning import ingest, outcomes, sessions
 from reasoning.auth import TOKEN_PREFIX, hash_token, token_cache
-from reasoning.models import ApiToken, EvaluationRun, ReasoningFlow, ReasoningStep
+from reasoning.drift import Judgement
+from reasoning.models import ApiToken, DriftReport, EvaluationRun, ReasoningFlow, ReasoningStep
 
 logger = logging.getLogger(__name__)
 
@@ -404,3 +405,104 @@ def record_export_downloaded(*, actor: str, since: datetime, until: datetime, ro
         actor=actor,
         payload={"format": "raw", "since": since.isoformat(), "until": until.isoformat(), "rows": rows},
     )
+
+
+# --- Drift per agent -----------------------------------------------------------------
+
+
+@transaction.atomic(durable=True)
+def store_drift_reports(
+    agent: str, judgements: Sequence[Judgement], *, actor: str, now: datetime | None = None
+) -> list[DriftReport]:
+    """Store one agent's drift reports, one per (agent, session): a session judged again is
+    replaced (``reasoning.drift``). Each report is audited as ``reasoning.drift.report_stored``
+    with its levels and counts (never the session id: agents choose it freely). Two
+    statements whatever the number of reports: the upsert and the audit events."""
+    if not judgements:
+        return []
+    now = now or timezone.now()
+    reports = DriftReport.objects.bulk_create(
+        [
+            DriftReport(
+                agent=agent,
+                session_id=judgement.session.session_id,
+                session_ended_at=judgement.session.ended_at,
+                computed_at=now,
+                baseline_sessions=judgement.baseline_sessions,
+                decisions=judgement.session.decisions,
+                signals=judgement.signals_dict(),
+                level=judgement.level,
+            )
+            for judgement in judgements
+        ],
+        update_conflicts=True,
+        unique_fields=["agent", "session_id"],
+        update_fields=["session_ended_at", "computed_at", "baseline_sessions", "decisions", "signals", "level"],
+    )
+    record_many(
+        [
+            Event(
+                Action.DRIFT_REPORT_STORED,
+                actor,
+                report,
+                {
+                    "agent": agent,
+                    "level": report.level,
+                    "levels": {name: signal.level for name, signal in judgement.signals.items()},
+                    "baseline_sessions": report.baseline_sessions,
+                    "decisions": report.decisions,
+                },
+            )
+            for report, judgement in zip(reports, judgements, strict=True)
+        ]
+    )
+    return reports
+
+
+# --- Outcomes (recorded once) ---------------------------------------------------------
+
+
+@transaction.atomic(durable=True)
+def record_outcome(flow_id: uuid.UUID, outcome: str, correct: bool | None, *, actor: str) -> ReasoningFlow:
+    """Record what happened after a closed flow's decision, once; return the flow.
+
+    ``correct`` is ternary: true, false, or None (not known, or not judgeable). NotFound for
+    an unknown flow; Conflict when the flow is still active or its outcome is already
+    recorded (also when that one said None); InvalidInput naming ``outcome`` when the text
+    is blank or fails the summary guard (the rule is named, never the text). Audits
+    ``reasoning.flow.outcome_recorded`` (``correct`` and the flow's state) in the same
+    transaction. See ``reasoning.outcomes``.
+    """
+    (result,) = outcomes.write([outcomes.Item(flow_id, outcome, correct)], actor=actor)
+    if (error := result.error()) is not None:
+        raise error
+    return ReasoningFlow.objects.get(pk=flow_id)
+
+
+@transaction.atomic(durable=True)
+def record_outcomes(items: Sequence[outcomes.Item], *, actor: str) -> list[outcomes.Result]:
+    """``record_outcome`` for many flows in one transaction, each item on its own: one result
+    per item, in order, recorded or refused with a reason (``outcomes.REASONS``)."""
+    return outcomes.write(items, actor=actor)
+
+
+# --- Sessions (audited read) ----------------------------------------------------------
+
+
+@transaction.atomic
+def read_session_replay(
+    session_id: str, *, actor: str, limit: int, cursor: str = ""
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of a session's decisions in time order (``sessions.replay``) for an operator,
+    audited as ``admin.reasoning.session.replay_read`` with the number of flows read. An
+    unknown session (no flows) is NotFound; a page past the last is empty."""
+    decisions, next_cursor = sessions.replay(session_id, limit=limit, cursor=cursor)
+    if not decisions and not cursor:
+        raise NotFound("no session with this id")
+    record(
+        Action.ADMIN_SESSION_REPLAY_READ,
+        actor=actor,
+        target=("reasoning.session", session_id),
+        payload={"flow_count": len(decisions), "next_page": next_cursor is not None},
+    )
+    return decisions, next_cursor

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -31,13 +31,13 @@ from core.access import is_operator, operator_required
 from core.actors import actor_for
 from core.errors import InvalidInput, NotFound
 from core.templatetags.durations import format_duration
-from reasoning import dag, dashboard, summary_guard, waterfall
+from reasoning import dag, dashboard, summary_guard, turns, waterfall
 from reasoning.access import NarrativeReadThrottle, patient_of
 from reasoning.dimensions import is_radar
 from reasoning.flow_search import FlowSearch
-from reasoning.models import ReasoningFlow
+from reasoning.models import ReasoningFlow, ReasoningStep
 from reasoning.narrative import list_decisions, read_narrative
-from reasoning.services import FlowStepsPage, read_flow_page_for_admin
+from reasoning.services import STEPS_PER_PAGE, FlowStepsPage, read_flow_page_for_admin
 
 
 @login_required
@@ -151,6 +151,7 @@ def admin_flow_page(request: HttpRequest, flow_id: uuid.UUID) -> HttpResponse:
         "page_count": read.page_count,
         "first_position": read.first_position if steps else 0,
         "last_position": last_position if steps else 0,
+        "turn_flows": turns.turn_flow_count(flow.trace_id),
     }
     return render(request, "reasoning/admin_flow.html", context)
 
@@ -327,3 +328,69 @@ def reasoning_dashboard_page(request: HttpRequest) -> HttpResponse:
         "panels": dashboard.panels(data),
     }
     return render(request, "reasoning/dashboard.html", context)
+
+
+# --- Operators: one agent turn (every flow of a trace id) as one graph ------------------
+
+
+@operator_required
+@require_safe
+def admin_turn_page(request: HttpRequest, trace_id: str) -> HttpResponse:
+    """Every flow of ``trace_id`` as one graph (``reasoning.turns``): a labelled cluster per
+    flow in time order, cross-flow edges between them, each node linking to its step on its
+    flow's page; then the list of the turn's flows. Audited like the turn route. A trace id
+    no flow has (or one too long to be one) renders the 404 page."""
+    try:
+        turn = turns.read_turn_for_admin(trace_id, actor=actor_for(request))
+    except (NotFound, InvalidInput):
+        return render(request, "reasoning/admin_turn_not_found.html", status=404)
+    drawing = turns.layout_turn(turn)
+    steps: dict[Hashable, ReasoningStep] = {step.pk: step for flow_steps in turn.steps.values() for step in flow_steps}
+    numbers = {cluster.flow.pk: number for number, cluster in enumerate(drawing.clusters, start=1)}
+    clusters = [
+        {
+            "cluster": cluster,
+            "number": numbers[cluster.flow.pk],
+            "nodes": [
+                {"node": node, "step": steps[node.id], "href": _turn_step_href(cluster.flow.pk, node.position)}
+                for node in cluster.layout.nodes
+            ],
+        }
+        for cluster in drawing.clusters
+    ]
+    positions = {step.pk: (step.flow_id, step.position) for step in steps.values()}
+    cross = [
+        {
+            "edge": item.edge,
+            "path": item.path,
+            "source": f"{numbers[positions[item.edge.source][0]]}.{positions[item.edge.source][1]}",
+            "target": f"{numbers[positions[item.edge.target][0]]}.{positions[item.edge.target][1]}",
+        }
+        for item in drawing.cross_edges
+    ]
+    context = {
+        "turn": turn,
+        "agents": sorted({flow.agent for flow in turn.flows if flow.agent}),
+        "graph": {
+            "width": drawing.width,
+            "height": drawing.height,
+            # At its own size (several clusters are tall already); a wider one scrolls in its panel.
+            "display_width": round(drawing.width),
+            "display_height": round(drawing.height),
+            "clusters": clusters,
+            "cross_edges": cross,
+            "inner_offset": turns.CLUSTER_LABEL - turns.STUB_ROOM,
+        },
+        "box": {"width": dag.NODE_WIDTH, "height": dag.NODE_HEIGHT},
+        "rows": [
+            {**_flow_row(flow, timezone.now()), "number": numbers[flow.pk], "shown": len(turn.steps[flow.pk])}
+            for flow in turn.flows
+        ],
+    }
+    return render(request, "reasoning/admin_turn.html", context)
+
+
+def _turn_step_href(flow_id: uuid.UUID, position: int) -> str:
+    """A step's timeline entry on its flow's page (the page of steps that holds it)."""
+    page = (position - 1) // STEPS_PER_PAGE + 1
+    return reverse("admin-flow-page", args=[flow_id]) + (f"?page={page}" if page > 1 else "") + f"#step-{position}"

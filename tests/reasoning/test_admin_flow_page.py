@@ -448,9 +448,10 @@ def test_query_count_does_not_grow_with_the_steps(
 
     # 1 session, 2 user (the operator gate); read_flow_page_for_admin: 3 savepoint,
     # 4 the flow, 5 the page's steps with their parents' positions (one join, one array
-    # subquery), 6 the audit event, 7 release; base.html: 8 the audit chain's lag for the
-    # banner (the oldest queued event, two primary keys).
-    with django_assert_num_queries(8):
+    # subquery), 6 the audit event, 7 release; 8 the number of flows of its turn (the link to
+    # the turn page); base.html: 9 the audit chain's lag for the banner (the oldest queued
+    # event, two primary keys).
+    with django_assert_num_queries(9):
         response = operator_client.get(page_url(flow_id))
 
     assert response.status_code == 200

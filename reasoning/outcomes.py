@@ -1,0 +1,162 @@
+"""Recording what happened after a decision: a flow's outcome, written once.
+
+``write(items, actor=...)`` records the outcomes of several closed flows inside the caller's
+transaction, in a fixed number of statements whatever the number of items (the single route
+is a one-item call, as the flow routes are of ``reasoning.ingest``):
+
+1. Each item's ``outcome`` must be non-blank and pass the summary guard (``check_summary``:
+   at most 280 characters, one line of plain text, nothing that reads as PHI); a flow named
+   twice in one call is refused the second time.
+2. The named flows are locked in id order (``SELECT … FOR UPDATE``: two calls never deadlock).
+   An unknown flow, an active one, or one whose outcome is already recorded is refused.
+3. One conditional ``UPDATE … WHERE outcome_recorded_at IS NULL AND flow_state <> 'active'``
+   writes the rest; only the rows it reports as updated count as recorded. The database
+   trigger of migration 0011 refuses any later change, whoever tries.
+4. One ``reasoning.flow.outcome_recorded`` audit event per recorded flow, in the same
+   statement for all of them: the correctness and the flow's state, never the text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db import connection
+from django.utils import timezone
+
+from audit.actions import Action
+from audit.services import Event, record_many
+from core.errors import Conflict, InvalidInput, NotFound, ServiceError
+from reasoning.models import ReasoningFlow
+from reasoning.summary_guard import check_summary
+
+State = ReasoningFlow.State
+
+# Why an item was refused (the batch route's ``reason``).
+NOT_FOUND = "not_found"
+FLOW_ACTIVE = "flow_active"
+ALREADY_RECORDED = "already_recorded"
+DUPLICATE = "duplicate"
+BLANK = "blank"
+UNSAFE = "unsafe_outcome"
+REASONS = (NOT_FOUND, FLOW_ACTIVE, ALREADY_RECORDED, DUPLICATE, BLANK, UNSAFE)
+
+# The one place the outcome is written: the WHERE clause is what makes "once" hold under races.
+_UPDATE = """
+UPDATE reasoning_flow AS flow
+   SET outcome = item.outcome, outcome_correct = item.correct, outcome_recorded_at = %s
+  FROM unnest(%s::uuid[], %s::text[], %s::boolean[]) AS item(id, outcome, correct)
+ WHERE flow.id = item.id AND flow.outcome_recorded_at IS NULL AND flow.flow_state <> %s
+RETURNING flow.id
+"""
+
+
+@dataclass(frozen=True)
+class Item:
+    flow_id: uuid.UUID
+    outcome: str
+    correct: bool | None
+
+
+@dataclass(frozen=True)
+class Result:
+    flow_id: uuid.UUID
+    reason: str = ""  # "" when recorded, else one of REASONS
+    rule: str = ""  # the summary guard's rule, for UNSAFE
+
+    @property
+    def recorded(self) -> bool:
+        return not self.reason
+
+    def error(self) -> ServiceError | None:
+        """The refusal as the single route reports it (404, 409 or 400 naming ``outcome``)."""
+        if self.reason == NOT_FOUND:
+            return NotFound(f"flow {self.flow_id} does not exist")
+        if self.reason == FLOW_ACTIVE:
+            return Conflict("The flow is still active: record its outcome after it is completed or aborted.")
+        if self.reason in (ALREADY_RECORDED, DUPLICATE):
+            return Conflict("The outcome of this flow is already recorded; it cannot change.")
+        if self.reason == BLANK:
+            return InvalidInput("This field may not be blank.", field="outcome")
+        if self.reason == UNSAFE:
+            return InvalidInput(
+                f"Refused by the summary guard (rule: {self.rule}): describe what happened without "
+                "identifying details, or send a label such as `follow_up_booked`.",
+                field="outcome",
+            )
+        return None
+
+
+def write(items: Sequence[Item], *, actor: str) -> list[Result]:
+    """Record the items' outcomes (see the module docstring); one result per item, in order.
+    Must run inside the caller's transaction: the rows and their audit events commit together."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("outcomes.write() must run inside a transaction")
+    # Surrounding whitespace is not part of the outcome (the API's fields trim it too).
+    items = [Item(item.flow_id, item.outcome.strip(), item.correct) for item in items]
+    results: list[Result | None] = [None] * len(items)
+    seen: set[uuid.UUID] = set()
+    for index, item in enumerate(items):
+        if item.flow_id in seen:
+            results[index] = Result(item.flow_id, DUPLICATE)
+        elif not item.outcome:
+            results[index] = Result(item.flow_id, BLANK)
+        elif not (guard := check_summary(item.outcome)).ok:
+            results[index] = Result(item.flow_id, UNSAFE, rule=guard.rule or "")
+        seen.add(item.flow_id)
+    pending = [index for index, result in enumerate(results) if result is None]
+    if not pending:
+        return [result for result in results if result is not None]
+
+    # Locked in id order, so that concurrent calls naming the same flows queue instead of deadlocking.
+    stored = {
+        pk: (state, recorded_at)
+        for pk, state, recorded_at in ReasoningFlow.objects.filter(pk__in=[items[i].flow_id for i in pending])
+        .order_by("pk")
+        .select_for_update()
+        .values_list("pk", "flow_state", "outcome_recorded_at")
+    }
+    eligible: list[int] = []
+    for index in pending:
+        flow_id = items[index].flow_id
+        if flow_id not in stored:
+            results[index] = Result(flow_id, NOT_FOUND)
+        elif stored[flow_id][0] == State.ACTIVE:
+            results[index] = Result(flow_id, FLOW_ACTIVE)
+        elif stored[flow_id][1] is not None:
+            results[index] = Result(flow_id, ALREADY_RECORDED)
+        else:
+            eligible.append(index)
+
+    updated: set[uuid.UUID] = set()
+    if eligible:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _UPDATE,
+                [
+                    timezone.now(),
+                    [items[i].flow_id for i in eligible],
+                    [items[i].outcome for i in eligible],
+                    [items[i].correct for i in eligible],
+                    State.ACTIVE.value,
+                ],
+            )
+            updated = {row[0] for row in cursor.fetchall()}
+    events = []
+    for index in eligible:
+        item = items[index]
+        if item.flow_id not in updated:  # only if the row changed under the lock: never expected
+            results[index] = Result(item.flow_id, ALREADY_RECORDED)
+            continue
+        results[index] = Result(item.flow_id)
+        events.append(
+            Event(
+                Action.FLOW_OUTCOME_RECORDED,
+                actor=actor,
+                target=("reasoning.reasoningflow", item.flow_id),
+                payload={"correct": item.correct, "flow_state": stored[item.flow_id][0]},
+            )
+        )
+    record_many(events)
+    return [result for result in results if result is not None]

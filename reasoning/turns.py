@@ -1,0 +1,293 @@
+"""The turn view: every flow of one correlation id (``trace_id``) as one graph.
+
+One agent turn may run several agents, each recording its own flow under the turn's
+``trace_id``. ``read_turn_for_admin`` loads them all (bounded: ``MAX_TURN_FLOWS`` flows,
+``MAX_TURN_STEPS`` steps), in time order, and ``turn_edges`` links their steps:
+
+1. ``parent``: a step's primary parent (``parent_step``), within its flow.
+2. ``merge``: each of a step's ``extra_parent_ids``, within its flow.
+3. ``cross_flow``, between two flows of the turn, each with a ``reason``:
+
+   - ``trigger_ref``: flow B's ``trigger_ref`` is flow A's id (B was started to act on A):
+     A's last step -> B's first step.
+   - ``step_ref``: a step of B has ``memory_claim_ref`` or ``decision_graph_node_ref`` equal
+     to flow A's id (the step used A's result): A's last step -> that step.
+   - ``memory_claim_ref`` / ``decision_graph_node_ref``: steps of two or more flows carry the
+     same value (one claim written by one agent and judged by another): the first step in
+     time order that carries it -> the first step carrying it in each other flow.
+   - ``backlog_dispatch``: flow B was dispatched from the research backlog for a request that
+     flow A's weak result produced. Only the research backlog knows that (its request's
+     ``source_flow`` and ``completed_flow``), so it registers a provider
+     (``register_flow_links``) and ``reasoning`` never imports it: A's last step -> B's first.
+
+   "First" and "last" are in the turn's time order (a step's ``started_at``, else its
+   ``created_at``; then its position). A link whose flow has no steps in the turn draws no
+   edge; links to flows outside the turn are not drawn.
+
+Blank refs never link, and neither does a ref compared with its own flow.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models.functions import Coalesce
+
+from audit.actions import Action
+from audit.services import Event, record_many
+from core.errors import InvalidInput, NotFound
+from reasoning import dag
+from reasoning.models import ReasoningFlow, ReasoningStep
+
+MAX_TRACE_ID = 100  # ReasoningFlow.trace_id's length
+MAX_TURN_FLOWS = 50
+MAX_TURN_STEPS = 1000
+SHARED_REFS = ("memory_claim_ref", "decision_graph_node_ref")
+
+# Given a turn's flows, the (source flow id, dispatched flow id) pairs the provider knows of.
+FlowLinksProvider = Callable[[Sequence[ReasoningFlow]], Iterable[tuple[uuid.UUID, uuid.UUID]]]
+_flow_links: FlowLinksProvider | None = None
+
+
+def register_flow_links(provider: FlowLinksProvider | None) -> None:
+    global _flow_links
+    _flow_links = provider
+
+
+@dataclass(frozen=True)
+class TurnEdge:
+    source: uuid.UUID  # step ids
+    target: uuid.UUID
+    kind: str  # parent, merge, cross_flow
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"from": self.source, "to": self.target, "kind": self.kind, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Turn:
+    trace_id: str
+    # In created_at order; each flow's steps in the order the flow route reads them.
+    flows: list[ReasoningFlow]
+    steps: dict[uuid.UUID, list[ReasoningStep]]
+    edges: list[TurnEdge]
+    # More flows or steps than the bounds: the first ones in time order are shown.
+    truncated: bool
+
+    @property
+    def step_count(self) -> int:
+        return sum(len(steps) for steps in self.steps.values())
+
+
+def check_trace_id(trace_id: str) -> str:
+    if not trace_id or len(trace_id) > MAX_TRACE_ID:
+        raise InvalidInput(f"must be 1 to {MAX_TRACE_ID} characters", field="trace_id")
+    return trace_id
+
+
+@transaction.atomic
+def read_turn_for_admin(trace_id: str, *, actor: str, include_reasoning: bool = False) -> Turn:
+    """Every flow of ``trace_id`` with its steps and the turn's edges, for an operator (audited).
+
+    Audits ``admin.reasoning.turn.read`` (target the turn; the flow ids and counts). With
+    ``include_reasoning`` (the caller checked ``reasoning.cot.read``) raw chain-of-thought
+    is loaded too, and each flow gets the flow route's
+    ``admin.reasoning.flow.reasoning_content_read`` event, so a flow's trail shows every
+    read of its reasoning. Unknown trace id: NotFound. Queries: the flows, their steps, the
+    registered link provider's, one audit statement; whatever the number of flows.
+    """
+    check_trace_id(trace_id)
+    flows = list(ReasoningFlow.objects.filter(trace_id=trace_id).order_by("created_at", "id")[: MAX_TURN_FLOWS + 1])
+    if not flows:
+        raise NotFound(f"no flows with trace_id {trace_id!r}")
+    truncated = len(flows) > MAX_TURN_FLOWS or sum(flow.step_count for flow in flows[:MAX_TURN_FLOWS]) > MAX_TURN_STEPS
+    flows = flows[:MAX_TURN_FLOWS]
+    hidden = ["inputs_pii", "outputs_pii"] + ([] if include_reasoning else ["reasoning_content"])
+    # The turn's steps in time order (as read_flow_for_admin orders a flow's), the first MAX_TURN_STEPS.
+    ordered = list(
+        ReasoningStep.objects.filter(flow_id__in=[flow.pk for flow in flows])
+        .defer(*hidden)
+        .order_by(Coalesce("started_at", "created_at"), "position", "flow_id")[:MAX_TURN_STEPS]
+    )
+    steps: dict[uuid.UUID, list[ReasoningStep]] = {flow.pk: [] for flow in flows}
+    for step in ordered:
+        steps[step.flow_id].append(step)
+    links = list(_flow_links(flows)) if _flow_links is not None else []
+    turn = Turn(
+        trace_id=trace_id,
+        flows=flows,
+        steps=steps,
+        edges=turn_edges(flows, ordered, links),
+        truncated=truncated,
+    )
+    events = [
+        Event(
+            Action.ADMIN_TURN_READ,
+            actor,
+            ("reasoning.turn", trace_id),
+            {
+                "flow_count": len(flows),
+                "step_count": len(ordered),
+                "truncated": truncated,
+                "flow_ids": [str(flow.pk) for flow in flows],
+            },
+        )
+    ]
+    if include_reasoning:
+        events += [
+            Event(
+                Action.ADMIN_FLOW_REASONING_READ,
+                actor,
+                flow,
+                {"steps_with_reasoning": sum(1 for s in steps[flow.pk] if s.reasoning_content), "via": "turn"},
+            )
+            for flow in flows
+        ]
+    record_many(events)
+    return turn
+
+
+def turn_edges(
+    flows: Sequence[ReasoningFlow],
+    steps: Sequence[ReasoningStep],
+    backlog_links: Iterable[tuple[uuid.UUID, uuid.UUID]] = (),
+) -> list[TurnEdge]:
+    """The edges of the module docstring. ``steps`` in the turn's time order; parents not
+    among them (beyond the bounds) draw no edge."""
+    loaded = {step.pk for step in steps}
+    edges: list[TurnEdge] = []
+    for step in steps:
+        if step.parent_step_id in loaded:
+            edges.append(TurnEdge(step.parent_step_id, step.pk, "parent", "parent_step"))
+        for extra in dict.fromkeys(step.extra_parent_ids):
+            if extra in loaded and extra != step.parent_step_id:
+                edges.append(TurnEdge(extra, step.pk, "merge", "extra_parent"))
+
+    first: dict[uuid.UUID, ReasoningStep] = {}
+    last: dict[uuid.UUID, ReasoningStep] = {}
+    for step in steps:
+        first.setdefault(step.flow_id, step)
+        last[step.flow_id] = step
+    flow_ids = {str(flow.pk): flow.pk for flow in flows}
+
+    def flow_named(value: str) -> uuid.UUID | None:
+        try:
+            return flow_ids.get(str(uuid.UUID(value)))
+        except ValueError:
+            return None
+
+    cross: list[TurnEdge] = []
+
+    def link(source_flow: uuid.UUID | None, target: ReasoningStep | None, reason: str) -> None:
+        if source_flow is None or target is None or source_flow == target.flow_id or source_flow not in last:
+            return
+        cross.append(TurnEdge(last[source_flow].pk, target.pk, "cross_flow", reason))
+
+    for flow in flows:
+        if flow.trigger_ref:
+            link(flow_named(flow.trigger_ref), first.get(flow.pk), "trigger_ref")
+    for source, dispatched in backlog_links:
+        link(source, first.get(dispatched), "backlog_dispatch")
+
+    for field in SHARED_REFS:
+        origin: dict[str, ReasoningStep] = {}
+        seen: set[tuple[str, uuid.UUID]] = set()
+        for step in steps:
+            value = getattr(step, field)
+            if not value:
+                continue
+            link(flow_named(value), step, "step_ref")
+            start = origin.setdefault(value, step)
+            if start.flow_id != step.flow_id and (value, step.flow_id) not in seen:
+                seen.add((value, step.flow_id))
+                cross.append(TurnEdge(start.pk, step.pk, "cross_flow", field))
+    # One edge per pair and reason, in the order found.
+    edges.extend(dict.fromkeys(cross))
+    return edges
+
+
+def turn_flow_count(trace_id: str) -> int:
+    """How many flows share ``trace_id`` (the flow page's link to its turn), up to one past the bound."""
+    return ReasoningFlow.objects.filter(trace_id=trace_id)[: MAX_TURN_FLOWS + 1].count()
+
+
+# --- Drawing: each flow laid out by reasoning.dag, as a labelled cluster ---------------------
+
+CLUSTER_LABEL = 30  # the band at the top of a cluster holding its label
+CLUSTER_GAP = 28  # between stacked clusters
+CLUSTER_MIN_WIDTH = dag.NODE_WIDTH + 2 * dag.MARGIN + 48  # room for the label
+OUTER = 8  # around the whole drawing
+LANE_GAP = 14  # between the vertical lanes of cross-flow edges
+# dag.layout keeps room above its first row for stubs (parents on an earlier page); the label band
+# takes most of it (a stub, only drawn when the turn was truncated, may touch the label).
+STUB_ROOM = dag.TOP - dag.MARGIN
+
+
+@dataclass(frozen=True)
+class Cluster:
+    flow: ReasoningFlow
+    layout: dag.Layout
+    x: float
+    y: float  # the cluster's top; its steps are drawn from y + CLUSTER_LABEL
+    width: float
+    height: float
+
+    @property
+    def inner_y(self) -> float:
+        return self.y + CLUSTER_LABEL - STUB_ROOM
+
+
+@dataclass(frozen=True)
+class CrossEdge:
+    edge: TurnEdge
+    path: str
+
+
+@dataclass(frozen=True)
+class TurnLayout:
+    clusters: list[Cluster]
+    cross_edges: list[CrossEdge]
+    width: float
+    height: float
+
+
+def layout_turn(turn: Turn) -> TurnLayout:
+    """The turn as one drawing:
+
+    1. Each flow's steps are laid out by ``dag.layout`` (parent and merge edges inside it).
+    2. The flows are stacked top to bottom in time order, each in a cluster: a rounded box
+       with a label band on top, as wide as its graph (at least one node wide).
+    3. Each cross-flow edge leaves its source node's right side, runs along a lane of its own
+       right of every cluster, and enters the target node's right side: it never crosses a
+       cluster's label, and edges stay apart however many there are.
+    """
+    clusters: list[Cluster] = []
+    y = float(OUTER)
+    for flow in turn.flows:
+        steps = turn.steps[flow.pk]
+        graph = dag.layout([(s.pk, s.parent_step_id, s.extra_parent_ids, s.position) for s in steps])
+        width = max(graph.width, CLUSTER_MIN_WIDTH)
+        height = CLUSTER_LABEL + graph.height - STUB_ROOM
+        clusters.append(Cluster(flow=flow, layout=graph, x=OUTER, y=y, width=width, height=height))
+        y += height + CLUSTER_GAP
+    # Absolute boxes of the nodes: (left, top).
+    boxes = {
+        node.id: (cluster.x + node.x, cluster.inner_y + node.y) for cluster in clusters for node in cluster.layout.nodes
+    }
+    cross = [edge for edge in turn.edges if edge.kind == "cross_flow"]
+    right = OUTER + max(cluster.width for cluster in clusters)
+    cross_edges: list[CrossEdge] = []
+    for lane, edge in enumerate(cross, start=1):
+        (sx, sy), (tx, ty) = boxes[edge.source], boxes[edge.target]
+        # Leaving above a node's middle, arriving below it: a node's two kinds of ends stay apart.
+        x1, y1 = sx + dag.NODE_WIDTH, sy + dag.NODE_HEIGHT / 2 - 8
+        x2, y2 = tx + dag.NODE_WIDTH, ty + dag.NODE_HEIGHT / 2 + 8
+        lane_x = right + lane * LANE_GAP
+        cross_edges.append(CrossEdge(edge, f"M{x1:g},{y1:g} H{lane_x:g} V{y2:g} H{x2:g}"))
+    width = right + len(cross) * LANE_GAP + OUTER + (LANE_GAP if cross else 0)
+    return TurnLayout(clusters=clusters, cross_edges=cross_edges, width=width, height=y - CLUSTER_GAP + OUTER)
