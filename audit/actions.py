@@ -109,6 +109,9 @@ class Action(StrEnum):
     JOB_DRIFT_COMPLETED = "memory.job.reasoning_drift.completed"
     JOB_DRIFT_ERROR = "memory.job.reasoning_drift.error"
 
+    # An agent's incorrect decisions for a 1:1 review (summaries, rationale): the agent and counts
+    ADMIN_AGENT_REVIEW_READ = "admin.reasoning.agent.review_read"
+
 
 # Routine reads: audited, but the admin's audit list hides them unless asked ("kind"), so that
 # changes and sensitive reads (raw reasoning, PHI) are not drowned out.
@@ -125,5 +128,6 @@ ROUTINE_READS = frozenset(
         "admin.reasoning.research.backlog_read",
         "admin.reasoning.research.backlog_read.proxy",
         "admin.reasoning.claims_pending_review.listed",
+        Action.ADMIN_AGENT_REVIEW_READ.value,
     }
 )

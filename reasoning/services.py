@@ -22,7 +22,7 @@ from audit.actions import Action
 from audit.services import Event, record, record_many
 from core.errors import Conflict, InvalidInput, NotFound
 from patients.models import Patient
-from reasoning import ingest, outcomes, sessions
+from reasoning import ingest, outcomes, review, sessions
 from reasoning.auth import TOKEN_PREFIX, hash_token, token_cache
 from reasoning.drift import Judgement
 from reasoning.models import ApiToken, DriftReport, EvaluationRun, ReasoningFlow, ReasoningStep
@@ -506,3 +506,29 @@ def read_session_replay(
         payload={"flow_count": len(decisions), "next_page": next_cursor is not None},
     )
     return decisions, next_cursor
+
+
+# --- Performance review (audited read) ------------------------------------------------
+
+
+@transaction.atomic
+def read_agent_review(
+    agent: str, *, actor: str, since: datetime | None, limit: int, cursor: str = ""
+) -> review.ReviewPage:
+    """One page of ``agent``'s incorrect decisions for a 1:1 review (``review.review``),
+    audited as ``admin.reasoning.agent.review_read`` with the agent and the page's counts
+    (never a summary or a question). An agent with none is an empty page, audited too."""
+    page = review.review(agent, since=since, limit=limit, cursor=cursor)
+    record(
+        Action.ADMIN_AGENT_REVIEW_READ,
+        actor=actor,
+        target=("reasoning.agent", agent),
+        payload={
+            "agent": agent,
+            "flow_count": page.flow_count,
+            "group_count": len(page.groups),
+            "question_count": page.question_count,
+            "next_page": page.next_cursor is not None,
+        },
+    )
+    return page

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from reasoning import api, drift_api, ingest_api, outcomes_api, turns_api
+from reasoning import api, drift_api, ingest_api, outcomes_api, review_api, turns_api
 
 urlpatterns = [
     path("api/reasoning/ingest", ingest_api.IngestView.as_view(), name="ingest"),
@@ -29,4 +29,7 @@ urlpatterns = [
     ),
     path("admin/v1/reasoning/turns/<path:trace_id>", turns_api.AdminTurnDetailView.as_view(), name="admin-turn-detail"),
     path("admin/v1/reasoning/agents/<str:agent>/drift", drift_api.AgentDriftView.as_view(), name="admin-agent-drift"),
+    path(
+        "admin/v1/reasoning/agents/<str:agent>/review", review_api.AgentReviewView.as_view(), name="admin-agent-review"
+    ),
 ]

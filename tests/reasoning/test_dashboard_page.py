@@ -112,6 +112,7 @@ def test_it_links_to_the_operator_pages_and_leads_the_nav(operator_client: Clien
         "/dashboard/admin/reasoning/flows",
         "/dashboard/admin/reasoning/pathway-library",
         "/dashboard/admin/reasoning/evaluation",
+        "/dashboard/admin/reasoning/agents",
     ]
     account = page.one("nav", aria_label="Account")
     first = account.select("a")[0]

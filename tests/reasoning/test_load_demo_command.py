@@ -6,7 +6,10 @@ import pytest
 from django.core.management import call_command
 
 from audit.models import AuditEvent
-from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.demo_sessions import SESSION_AGENTS, SESSIONS_PER_AGENT, TURN_TRACE_ID, session_id
+from reasoning.models import DriftReport, ReasoningFlow, ReasoningStep
+from reasoning.sessions import session_summaries
+from reasoning.turns import turn_edges
 
 pytestmark = pytest.mark.django_db
 
@@ -41,3 +44,58 @@ def test_load_demo_prints_credentials_and_a_decision_the_patient_can_read() -> N
 def test_load_demo_includes_flows_that_failed_the_summary_guard() -> None:
     call_command("load_demo", stdout=StringIO())
     assert ReasoningFlow.objects.filter(patient_safe_summary=False, summary_guard_rule="medication_dose").exists()
+
+
+def test_load_demo_records_sessions_with_outcomes_for_the_three_agents() -> None:
+    call_command("load_demo", stdout=StringIO())
+    summaries = session_summaries(
+        [session_id(agent, number) for agent in SESSION_AGENTS for number in range(1, SESSIONS_PER_AGENT + 1)]
+    )
+    assert len(summaries) == 3 * SESSIONS_PER_AGENT >= 3 * 6
+    for summary in summaries.values():
+        assert summary.with_outcome == summary.total_decisions  # every decision has its outcome
+    outcomes = set(ReasoningFlow.objects.exclude(session_id="").values_list("outcome_correct", flat=True))
+    assert outcomes == {True, False, None}
+    assert not ReasoningFlow.objects.exclude(session_id="").filter(outcome_recorded_at__isnull=True).exists()
+
+
+def test_load_demo_makes_the_correlators_latest_session_drift() -> None:
+    out = StringIO()
+    call_command("load_demo", stdout=out)
+    latest = DriftReport.objects.get(agent="correlator", session_id=session_id("correlator", SESSIONS_PER_AGENT))
+    assert latest.baseline_sessions == SESSIONS_PER_AGENT - 1
+    assert latest.level in {"alert", "investigate"}
+    for agent in ("researcher", "critic"):
+        report = DriftReport.objects.get(agent=agent, session_id=session_id(agent, SESSIONS_PER_AGENT))
+        assert report.level in {"normal", "watch"}
+    assert "drifting agent: correlator" in out.getvalue()
+
+
+def test_load_demo_makes_a_turn_of_three_agents_linked_across_flows() -> None:
+    out = StringIO()
+    call_command("load_demo", stdout=out)
+    assert f"trace id {TURN_TRACE_ID}" in out.getvalue()
+    flows = list(ReasoningFlow.objects.filter(trace_id=TURN_TRACE_ID).order_by("created_at"))
+    assert len(flows) >= 3
+    assert len({flow.agent for flow in flows}) >= 2
+    steps = list(ReasoningStep.objects.filter(flow__trace_id=TURN_TRACE_ID).order_by("created_at", "position"))
+    cross = [edge for edge in turn_edges(flows, steps) if edge.kind == "cross_flow"]
+    assert {edge.reason for edge in cross} == {"trigger_ref"}
+    assert len(cross) == 2
+
+
+def test_load_demo_twice_adds_no_session_outcome_or_drift_report() -> None:
+    call_command("load_demo", stdout=StringIO())
+    counts = (
+        DriftReport.objects.count(),
+        ReasoningFlow.objects.filter(outcome_recorded_at__isnull=False).count(),
+        AuditEvent.objects.count(),
+    )
+    out = StringIO()
+    call_command("load_demo", stdout=out)
+    assert (
+        DriftReport.objects.count(),
+        ReasoningFlow.objects.filter(outcome_recorded_at__isnull=False).count(),
+        AuditEvent.objects.count(),
+    ) == counts
+    assert "(0 new flows, 0 new outcomes, 0 new drift reports)" in out.getvalue()

@@ -3,7 +3,9 @@
 Creates an operator login, a consenting and a non-consenting patient, and a few dozen
 flows from the three reference agents (Researcher, Critic, Correlator): completed,
 aborted and still-active ones, patient-safe and guard-failing ones, one with a merge
-step. Prints the demo credentials and a decision the consenting patient can read.
+step; then sessions with recorded outcomes, drift reports (the correlator's latest session
+drifts) and a multi-agent turn (``reasoning.demo_sessions``). Prints the demo credentials,
+a decision the consenting patient can read, the turn's trace id and the drifting agent.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from django.utils.module_loading import module_has_submodule
 
 from patients.models import Patient
 from patients.services import create_patient
+from reasoning.demo_sessions import load_sessions_and_turn
 from reasoning.models import ReasoningFlow
 from reasoning.services import add_steps, close_flow, create_operator, start_flow
 
@@ -148,6 +151,11 @@ class Command(BaseCommand):
             ReasoningFlow.objects.filter(patient=consenting, patient_safe_summary=True).order_by("created_at").first()
         )
         self.stdout.write(f"demo data: {FLOW_COUNT} flows ({created} new)")
+        sessions = load_sessions_and_turn(demo_id, AGENTS)
+        self.stdout.write(
+            f"  sessions: {sessions.sessions} ({sessions.new_flows} new flows, {sessions.new_outcomes} new outcomes, "
+            f"{sessions.new_reports} new drift reports)"
+        )
         # Other apps add their own demo rows (pathways, the research backlog) from
         # <app>/demo.py, so reasoning imports none of them.
         for config in apps.get_app_configs():
@@ -157,5 +165,10 @@ class Command(BaseCommand):
         self.stdout.write(f"  operator (Django admin at /admin/): {OPERATOR[0]} / {OPERATOR[1]}")
         self.stdout.write(f"  consenting patient: {CONSENTING[0]} / {CONSENTING[1]}")
         self.stdout.write(f"  non-consenting patient: {NOT_CONSENTING[0]} / {NOT_CONSENTING[1]}")
+        self.stdout.write(
+            f"  multi-agent turn: trace id {sessions.turn_trace_id} "
+            f"(/dashboard/admin/reasoning/turns/{sessions.turn_trace_id}); "
+            f"drifting agent: {sessions.drifting_agent} (latest session: {sessions.drifting_level})"
+        )
         if readable:
             self.stdout.write(f"  log in as {CONSENTING[0]} and open /dashboard/reasoning/{readable.pk}")
