@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
+from urllib.parse import urlencode
 
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.types import OpenApiTypes
@@ -13,6 +14,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
@@ -104,6 +106,18 @@ def limit_parameter(*, default: int, maximum: int) -> OpenApiParameter:
         {"type": "integer", "minimum": 1, "maximum": maximum, "default": default},
         description=f"1 to {maximum}, default {default}.",
     )
+
+
+def with_next_page(request: Request, response: Response, next_cursor: str | None) -> Response:
+    """A keyset page's response with the next page's cursor as ``X-Next-Cursor`` and a
+    ``Link: <...>; rel="next"`` carrying the same query, when there is a next page."""
+    if next_cursor is not None:
+        params = {k: v for k, v in request.query_params.items() if k != "cursor"}
+        response["X-Next-Cursor"] = next_cursor
+        response["Link"] = (
+            f'<{request.build_absolute_uri(request.path)}?{urlencode({**params, "cursor": next_cursor})}>; rel="next"'
+        )
+    return response
 
 
 def parse_limit(raw: Any, *, default: int, maximum: int) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlencode
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
@@ -17,7 +16,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from core.actors import actor_for
-from core.api_views import ERRORS, ApiView, limit_parameter, parse_flag, parse_limit, parse_uuid
+from core.api_views import ERRORS, ApiView, limit_parameter, parse_flag, parse_limit, parse_uuid, with_next_page
 from core.serializers import validated
 from reasoning import services
 from reasoning.access import CanReadNarrative, NarrativeReadThrottle, patient_of
@@ -416,12 +415,7 @@ class AdminFlowListView(ApiView):
         search = FlowSearch.parse(params)
         limit = parse_limit(params.get("limit"), default=50, maximum=self.max_limit)
         page, next_cursor = search.page(limit)
-        response = Response([flow_representation(flow) for flow in page])
-        if next_cursor is not None:
-            query = urlencode({**{k: v for k, v in params.items() if k != "cursor"}, "cursor": next_cursor})
-            response["X-Next-Cursor"] = next_cursor
-            response["Link"] = f'<{request.build_absolute_uri(request.path)}?{query}>; rel="next"'
-        return response
+        return with_next_page(request, Response([flow_representation(flow) for flow in page]), next_cursor)
 
 
 class AdminFlowDetailView(ApiView):

@@ -19,9 +19,6 @@ and keyset-based, so flows written between two page reads never shift the next p
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 import uuid
 from collections.abc import Mapping
@@ -34,6 +31,7 @@ from django.db.models.functions import Coalesce, Extract
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from core.cursors import decode_cursor, encode_cursor, moment
 from core.errors import InvalidInput
 from core.labels import LABEL_PATTERN, label_validator
 from reasoning.models import ReasoningFlow
@@ -215,20 +213,11 @@ class FlowSearch:
 
     def _cursor_of(self, flow: ReasoningFlow) -> str:
         key = None if self.sort == "newest" else getattr(flow, "sort_key", None)
-        raw = json.dumps([key, flow.created_at.isoformat(), str(flow.id)], separators=(",", ":")).encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return encode_cursor(key, flow.created_at.isoformat(), str(flow.id))
 
     def _cursor_values(self) -> tuple[float | None, datetime, uuid.UUID]:
-        try:
-            raw = base64.urlsafe_b64decode(self.cursor + "=" * (-len(self.cursor) % 4))
-            key, created_text, id_text = json.loads(raw)
-            created_at = datetime.fromisoformat(created_text)
-            flow_id = uuid.UUID(id_text)
-            if key is not None:
-                key = float(key)
-        except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
-            raise InvalidInput("is not a cursor this route issued", field="cursor") from None
-        if created_at.tzinfo is None or (key is None) != (self.sort == "newest"):
+        key, created_at, flow_id = decode_cursor(self.cursor, _optional_float, moment, uuid.UUID)
+        if (key is None) != (self.sort == "newest"):
             raise InvalidInput("is not a cursor this route issued (with this sort)", field="cursor")
         return key, created_at, flow_id
 
@@ -279,6 +268,10 @@ class FlowSummary:
     def blocked_percent(self) -> float | None:
         share = self.blocked_share
         return None if share is None else share * 100
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _text(value: str, name: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
-from urllib.parse import urlencode
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
@@ -17,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.actors import actor_for
-from core.api_views import ERRORS, ApiView, flat_errors, limit_parameter, parse_limit, parse_uuid
+from core.api_views import ERRORS, ApiView, flat_errors, limit_parameter, parse_limit, parse_uuid, with_next_page
 from core.errors import NotFound
 from core.serializers import StrictBooleanField, StrictCharField, StrictSerializer, StrictUUIDField, validated
 from reasoning import outcomes, services
@@ -149,16 +148,6 @@ CURSOR = OpenApiParameter(
 )
 NO_SESSION = OpenApiResponse(OpenApiTypes.OBJECT, description="No flow has this session id.")
 EXAMPLE_FLOW_ID = "7d0c8d8e-3f53-4a35-9f3e-0d5f3c6b9a11"
-
-
-def _with_next_page(request: Request, response: Response, next_cursor: str | None) -> Response:
-    if next_cursor is not None:
-        params = {k: v for k, v in request.query_params.items() if k != "cursor"}
-        response["X-Next-Cursor"] = next_cursor
-        response["Link"] = (
-            f'<{request.build_absolute_uri(request.path)}?{urlencode({**params, "cursor": next_cursor})}>; rel="next"'
-        )
-    return response
 
 
 # --- Recording outcomes --------------------------------------------------------------------------
@@ -370,7 +359,7 @@ class AdminSessionListView(ApiView):
         search = SessionPage.parse(params)
         limit = parse_limit(params.get("limit"), default=50, maximum=MAX_SESSION_LIST)
         page, next_cursor = search.page(limit)
-        return _with_next_page(request, Response([summary.as_dict() for summary in page]), next_cursor)
+        return with_next_page(request, Response([summary.as_dict() for summary in page]), next_cursor)
 
 
 class AdminSessionDetailView(ApiView):
@@ -450,4 +439,4 @@ class AdminSessionReplayView(ApiView):
         decisions, next_cursor = services.read_session_replay(
             session_id, actor=actor_for(request), limit=limit, cursor=params.get("cursor", "").strip()
         )
-        return _with_next_page(request, Response({"session_id": session_id, "decisions": decisions}), next_cursor)
+        return with_next_page(request, Response({"session_id": session_id, "decisions": decisions}), next_cursor)

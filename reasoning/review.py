@@ -20,9 +20,6 @@ Two queries a page, whatever its size: the flows, then all their steps.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +31,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from core.cursors import decode_cursor, encode_cursor, moment
 from core.errors import InvalidInput
 from reasoning.models import ReasoningFlow, ReasoningStep
 
@@ -215,17 +213,9 @@ def review(agent: str, *, since: datetime | None, limit: int, cursor: str = "") 
 
 
 def _encode(row: Mapping[str, Any]) -> str:
-    raw = json.dumps([row["outcome_recorded_at"].isoformat(), str(row["id"])], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return encode_cursor(row["outcome_recorded_at"].isoformat(), str(row["id"]))
 
 
 def _decode(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at_text, id_text = json.loads(raw)
-        at, flow_id = datetime.fromisoformat(at_text), uuid.UUID(id_text)
-    except (binascii.Error, ValueError, TypeError, AttributeError, UnicodeDecodeError):
-        raise InvalidInput("is not a cursor this route issued", field="cursor") from None
-    if at.tzinfo is None:
-        raise InvalidInput("is not a cursor this route issued", field="cursor")
+    at, flow_id = decode_cursor(cursor, moment, uuid.UUID)
     return at, flow_id

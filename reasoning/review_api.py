@@ -4,7 +4,6 @@ review (thin view; the rules are in ``reasoning.review``)."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
@@ -13,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.actors import actor_for
-from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit
+from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit, with_next_page
 from reasoning import review, services
 from reasoning.auth import IsAdmin
 from reasoning.drift_api import parse_agent
@@ -195,9 +194,6 @@ class AgentReviewView(ApiView):
         limit = parse_limit(params.get("limit"), default=DEFAULT_DECISIONS, maximum=MAX_DECISIONS)
         cursor = params.get("cursor", "").strip()
         page = services.read_agent_review(name, actor=actor_for(request), since=since, limit=limit, cursor=cursor)
-        response = Response({"agent": name, "since": since, "groups": page.groups})
-        if page.next_cursor is not None:
-            query = urlencode({**{k: v for k, v in params.items() if k != "cursor"}, "cursor": page.next_cursor})
-            response["X-Next-Cursor"] = page.next_cursor
-            response["Link"] = f'<{request.build_absolute_uri(request.path)}?{query}>; rel="next"'
-        return response
+        return with_next_page(
+            request, Response({"agent": name, "since": since, "groups": page.groups}), page.next_cursor
+        )

@@ -21,8 +21,6 @@ Definitions (docs/outcomes-and-drift.md, "Sessions"):
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
 import uuid
@@ -33,6 +31,7 @@ from typing import Any
 
 from django.db import connection
 
+from core.cursors import decode_cursor, encode_cursor, moment, text
 from core.errors import InvalidInput
 from core.labels import LABEL_PATTERN, label_validator
 
@@ -209,18 +208,10 @@ class SessionPage:
         if len(rows) <= limit:
             return rows, None
         last = rows[limit - 1]
-        raw = json.dumps([last.last_at.isoformat(), last.session_id], separators=(",", ":")).encode()
-        return rows[:limit], base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return rows[:limit], encode_cursor(last.last_at.isoformat(), last.session_id)
 
     def _cursor_values(self) -> tuple[datetime, str]:
-        try:
-            raw = base64.urlsafe_b64decode(self.cursor + "=" * (-len(self.cursor) % 4))
-            at_text, session_id = json.loads(raw)
-            at = datetime.fromisoformat(at_text)
-        except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
-            raise InvalidInput("is not a cursor this route issued", field="cursor") from None
-        if at.tzinfo is None or not isinstance(session_id, str):
-            raise InvalidInput("is not a cursor this route issued", field="cursor")
+        at, session_id = decode_cursor(self.cursor, moment, text)
         return at, session_id
 
 
@@ -272,17 +263,9 @@ def replay(session_id: str, *, limit: int, cursor: str = "") -> tuple[list[dict[
     if len(rows) <= limit:
         return rows, None
     last = rows[limit - 1]
-    raw = json.dumps([last["created_at"].isoformat(), str(last["id"])], separators=(",", ":")).encode()
-    return rows[:limit], base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return rows[:limit], encode_cursor(last["created_at"].isoformat(), str(last["id"]))
 
 
 def _replay_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at_text, id_text = json.loads(raw)
-        at, flow_id = datetime.fromisoformat(at_text), uuid.UUID(id_text)
-    except (binascii.Error, ValueError, TypeError, AttributeError, UnicodeDecodeError):
-        raise InvalidInput("is not a cursor this route issued", field="cursor") from None
-    if at.tzinfo is None:
-        raise InvalidInput("is not a cursor this route issued", field="cursor")
+    at, flow_id = decode_cursor(cursor, moment, uuid.UUID)
     return at, flow_id
