@@ -27,7 +27,7 @@ from audit.admin import ReadOnlyAdmin, ServiceAdmin
 from core.errors import Conflict
 from reasoning import services
 from reasoning.dimensions import is_radar
-from reasoning.models import ApiToken, EvaluationRun, ReasoningFlow, ReasoningStep
+from reasoning.models import ApiToken, DriftReport, EvaluationRun, ReasoningFlow, ReasoningStep
 from reasoning.serializers import FLOW_FIELDS
 from reasoning.templatetags.radar import radar
 
@@ -148,6 +148,17 @@ class EvaluationRunAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "kind", "source", "total", "drifting", "skipped", "threshold", "passed")
     list_filter = ("kind", "passed", ("created_at", admin.DateFieldListFilter))
     ordering = ("-created_at",)
+
+
+@admin.register(DriftReport)
+class DriftReportAdmin(ReadOnlyAdmin):
+    """Drift reports (written by the drift job, ``reasoning.jobs.compute_drift_reports``):
+    read-only, as the agent page shows them."""
+
+    list_display = ("agent", "session_id", "session_ended_at", "level", "baseline_sessions", "decisions")
+    list_filter = ("level", "agent")
+    search_fields = ("agent", "session_id")
+    ordering = ("-session_ended_at",)
 
 
 class ApiTokenAddForm(forms.ModelForm[ApiToken]):

@@ -49,7 +49,7 @@ WITH per_session AS (
            sum(outcome_confidence) AS confidence_sum, count(outcome_confidence) AS confidence_n,
            max(created_at) AS last_at
       FROM reasoning_flow
-     WHERE agent <> ''
+     WHERE agent <> '' AND (%(agent)s = '' OR agent = %(agent)s)
      GROUP BY agent, session_id
 ),
 recent AS (
@@ -108,6 +108,10 @@ class AgentRow:
         return self.drift_level.replace("_", " ")
 
     @property
+    def url(self) -> str:
+        return reverse("admin-agent-page", args=[self.agent])
+
+    @property
     def flows_url(self) -> str:
         return reverse("admin-flow-list") + "?" + urlencode({"agent": self.agent})
 
@@ -116,10 +120,10 @@ class AgentRow:
         return sparkline(self.recent_accuracy, self.recent_confidence)
 
 
-def agent_rows() -> list[AgentRow]:
-    """Every agent that has a flow, alphabetically (one query)."""
+def agent_rows(agent: str = "") -> list[AgentRow]:
+    """Every agent that has a flow, alphabetically, or only ``agent`` (one query)."""
     with connection.cursor() as cursor:
-        cursor.execute(_AGENTS, {"sessions": SPARK_SESSIONS})
+        cursor.execute(_AGENTS, {"sessions": SPARK_SESSIONS, "agent": agent})
         rows = cursor.fetchall()
     result = []
     for agent, sessions, decisions, correct, incorrect, confidence, recent, level in rows:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from reasoning import agents_page, views
+from reasoning import agent_page, agents_page, views
 from reasoning.evaluation import views as evaluation
 
 urlpatterns = [
@@ -16,5 +16,6 @@ urlpatterns = [
     path("dashboard/admin/reasoning/flows/summary", views.admin_flow_list_summary, name="admin-flow-list-summary"),
     path("dashboard/admin/reasoning/turns/<path:trace_id>", views.admin_turn_page, name="admin-turn-page"),
     path("dashboard/admin/reasoning/agents", agents_page.agents_page, name="admin-agents-page"),
+    path("dashboard/admin/reasoning/agents/<str:agent>", agent_page.agent_page, name="admin-agent-page"),
     path("dashboard/admin/reasoning/<uuid:flow_id>", views.admin_flow_page, name="admin-flow-page"),
 ]

@@ -101,15 +101,14 @@ def test_each_agent_shows_its_sessions_decisions_accuracy_and_confidence(operato
     assert cell(beta, "confidence") == "0.40"
 
 
-def test_each_name_links_to_the_agents_flows(operator_client: Client) -> None:
+def test_each_name_links_to_the_agent_page(operator_client: Client) -> None:
     plant("alpha", "a-1", 0.9)
     plant("beta", "b-1", 0.9)
 
     link = rows(operator_client)["alpha"].one("a").attrs["href"]
 
-    assert link == "/dashboard/admin/reasoning/flows?agent=alpha"
-    listed = [row for row in parse(operator_client.get(link).content).select("tr") if "data-flow" in row.attrs]
-    assert [row.select("td")[2].text for row in listed] == ["alpha"]
+    assert link == "/dashboard/admin/reasoning/agents/alpha"
+    assert parse(operator_client.get(link).content).one("h1").text == "Agent alpha"
 
 
 @pytest.mark.parametrize(

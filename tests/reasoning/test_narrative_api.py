@@ -235,6 +235,25 @@ def test_narrative_carries_no_ids_inputs_outputs_rationale_or_raw_reasoning(
         assert hidden not in text
 
 
+def test_narrative_shows_nothing_of_the_recorded_outcome_or_its_correctness(
+    agent: APIClient, consenting_patient: Patient, patient_app: APIClient
+) -> None:
+    # Outcome correctness is operator information (docs/outcomes-and-drift.md).
+    recorded = record_flow(agent, consenting_patient)
+    judged = agent.post(
+        f"{flow_url(recorded.flow_id)}/outcome",
+        {"outcome": "clinician-overrode-marker", "correct": False},
+        format="json",
+    )
+    assert judged.status_code == 200, judged.content
+
+    response = patient_app.get(flow_url(recorded.flow_id))
+
+    assert response.status_code == 200, response.content
+    assert not set(keys_of(response.json())) & {"outcome", "outcome_correct", "correct", "outcome_recorded_at"}
+    assert "clinician-overrode-marker" not in response.content.decode()
+
+
 def test_unknown_agent_label_is_shown_capitalised_with_spaces(
     agent: APIClient, consenting_patient: Patient, patient_app: APIClient
 ) -> None:
