@@ -97,6 +97,10 @@ class Action(StrEnum):
     # The audit chain itself: a queue row the chainer could not link (payload: reason only;
     # the target is the event sequence number the row named).
     AUDIT_CHAIN_QUEUE_ROW_SKIPPED = "audit.chain.queue_row_skipped"
+    # A signed checkpoint of the Merkle tree (payload: tree_size, key_id, previous_tree_size).
+    AUDIT_CHECKPOINT_SIGNED = "audit.checkpoint.signed"
+    # The signer refused to sign: the tree no longer matches the latest checkpoint.
+    AUDIT_CHECKPOINT_REFUSED = "audit.checkpoint.refused"
 
     # Scheduled jobs: lifecycle of each run
     JOB_FLOW_DECAY_STARTED = "memory.job.reasoning_flow_decay.started"

@@ -9,8 +9,9 @@ Chaining (``chain_pending``):
   3. Skip, and audit, queue rows that name an event that is already linked or does not
      exist: one stray row must not block every later event.
   4. Read the chain head, then append one link per event in sequence order.
-  5. Commit: the queue rows and the links go together, so no event is linked twice
-     or dropped.
+  5. Extend the Merkle tree (``audit.tree``) by one leaf per new link.
+  6. Commit: the queue rows, the links and the tree go together, so no event is linked
+     twice or dropped, and the tree always has one leaf per link.
 
 Verification (``verify_chain``) reads everything in one repeatable-read, read-only
 snapshot. It walks the links in position order with a server-side cursor (constant
@@ -36,6 +37,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection, transaction
 from django.utils import timezone
 
+from audit import merkle, tree
 from audit.actions import Action
 from audit.canonical import GENESIS_HASH, dump_exact, format_created_at, link_hash, load_exact
 from audit.services import record
@@ -110,6 +112,10 @@ def chain_pending(batch_size: int = 1000, *, wait: bool = True) -> int:
                 "INSERT INTO audit_chain_link (position, event_id, prev_hash, hash, linked_at) "
                 "VALUES (%s, %s, %s, %s, %s)",
                 links,
+            )
+            # The Merkle tree grows with the chain, in the same transaction (audit.tree).
+            tree.extend(
+                cursor, links[0][0] - 1, [tree.leaf_hash(event_id, bytes(canonical)) for event_id, canonical in events]
             )
         return len(event_ids)
 
@@ -273,12 +279,24 @@ class ChainBreak:
 
 
 @dataclass(frozen=True)
+class CheckpointSeen:
+    id: int
+    tree_size: int
+    created_at: datetime
+    # When the first link it does not cover was made (None: it covers the whole chain).
+    first_unsigned_linked_at: datetime | None
+
+
+@dataclass(frozen=True)
 class VerifyResult:
     linked: int
     pending: int
     broken: ChainBreak | None
     # Age of the oldest queued event at verification time; None when nothing is queued.
     oldest_pending_age_s: float | None = None
+    # The signed checkpoints checked against the tree, and the latest one (None: none yet).
+    checkpoints: int = 0
+    latest_checkpoint: CheckpointSeen | None = None
 
     @property
     def ok(self) -> bool:
@@ -313,16 +331,30 @@ def verify_chain(on_progress: Callable[[int], object] | None = None, chunk: int 
     as their columns match their canonical bytes.
     """
     now = timezone.now()
-    with _snapshot():
-        linked, broken = _walk_links(on_progress, chunk)
+    with read_snapshot():
+        stored = _checkpoints()
+        roots: dict[int, bytes] = {}
+        linked, broken = _walk_links(on_progress, chunk, {row[1] for row in stored}, roots)
+        if broken is None:
+            broken = _check_tree(linked, roots.get(linked, merkle.EMPTY_ROOT) if linked else merkle.EMPTY_ROOT)
+        if broken is None:
+            broken = _check_checkpoints(stored, linked, roots)
         pending, oldest, tail_break = _check_unlinked(chunk)
         broken = broken or tail_break or _check_queue()
+        latest = _latest_seen(stored, linked)
     age = _age(oldest.timestamp(), now) if oldest is not None else None
-    return VerifyResult(linked=linked, pending=pending, broken=broken, oldest_pending_age_s=age)
+    return VerifyResult(
+        linked=linked,
+        pending=pending,
+        broken=broken,
+        oldest_pending_age_s=age,
+        checkpoints=len(stored),
+        latest_checkpoint=latest,
+    )
 
 
 @contextmanager
-def _snapshot() -> Iterator[None]:
+def read_snapshot() -> Iterator[None]:
     if connection.in_atomic_block:
         # Inside the caller's transaction (a test's) the isolation level is already set.
         yield
@@ -343,25 +375,38 @@ def _server_cursor(name: str, chunk: int, sql: str) -> Generator[tuple[Any, ...]
         yield from cursor
 
 
-def _walk_links(on_progress: Callable[[int], object] | None, chunk: int) -> tuple[int, ChainBreak | None]:
+def _walk_links(
+    on_progress: Callable[[int], object] | None, chunk: int, sizes: set[int], roots: dict[int, bytes]
+) -> tuple[int, ChainBreak | None]:
+    """Walk the links; also recompute every leaf of the tree, compare it with the stored
+    one, and keep the root at each size in ``sizes`` (and at the end) in ``roots``."""
     checked = 0
     broken: ChainBreak | None = None
     expected_position = 1
     prev_hash = GENESIS_HASH
+    edge = merkle.CompactRange()
     rows = _server_cursor(
         "audit_verify_links",
         chunk,
         # Only the constant column list is interpolated.
         f"""
-        SELECT l.position, l.event_id, l.prev_hash, l.hash, e.id, {_EVENT_COLUMNS}
+        SELECT l.position, l.event_id, l.prev_hash, l.hash, e.id, n.hash, {_EVENT_COLUMNS}
         FROM audit_chain_link l LEFT JOIN audit_event e ON e.id = l.event_id
+        LEFT JOIN audit_tree_node n ON n.level = 0 AND n.idx = l.position - 1
         ORDER BY l.position
         """,  # noqa: S608
     )
-    for position, event_id, link_prev, link_digest, ev_id, *columns in rows:
+    for position, event_id, link_prev, link_digest, ev_id, stored_leaf, *columns in rows:
         broken = _check_link(expected_position, prev_hash, position, event_id, link_prev, link_digest, ev_id, columns)
         if broken:
             break
+        leaf = tree.leaf_hash(event_id, bytes(columns[-1]))
+        if stored_leaf is None or bytes(stored_leaf) != leaf:
+            broken = ChainBreak(position, event_id, "the Merkle tree's leaf does not match the event")
+            break
+        edge.append(leaf)
+        if position in sizes:
+            roots[position] = edge.root()
         prev_hash = link_digest
         expected_position += 1
         checked += 1
@@ -370,6 +415,8 @@ def _walk_links(on_progress: Callable[[int], object] | None, chunk: int) -> tupl
     rows.close()
     if on_progress:
         on_progress(checked % chunk)
+    if broken is None and checked:
+        roots[checked] = edge.root()
     return checked, broken
 
 
@@ -394,6 +441,94 @@ def _check_link(
         return ChainBreak(position, event_id, "hash does not match the event's canonical bytes")
     reason = _altered(*columns)
     return ChainBreak(position, event_id, reason) if reason else None
+
+
+def _checkpoints() -> list[tuple[int, int, bytes, str, str, datetime]]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, tree_size, root_hash, origin, note, created_at FROM audit_checkpoint ORDER BY id")
+        return [(int(a), int(b), bytes(c), d, e, f) for a, b, c, d, e, f in cursor.fetchall()]
+
+
+def _check_tree(linked: int, root: bytes) -> ChainBreak | None:
+    """The stored tree: its root from the stored nodes equals the one recomputed from the
+    events, and every stored interior node is the hash of its two children."""
+    try:
+        stored_root = tree.root(linked)
+    except tree.MissingNodes as exc:
+        return ChainBreak(None, None, f"the Merkle tree is incomplete: {exc}")
+    if stored_root != root:
+        return ChainBreak(None, None, "the Merkle tree's stored nodes do not hash to the events' root")
+    level = 0
+    while (1 << (level + 1)) <= linked:
+        bad = _check_level(level)
+        if bad is not None:
+            return ChainBreak(None, None, f"the Merkle tree's node {level + 1}/{bad} is not the hash of its children")
+        level += 1
+    return None
+
+
+def _check_level(level: int) -> int | None:
+    """The first node of ``level + 1`` that is not the hash of its two children, or None."""
+    children = _server_cursor(
+        f"audit_verify_level_{level}",
+        4000,
+        f"SELECT idx, hash FROM audit_tree_node WHERE level = {int(level)} ORDER BY idx",  # noqa: S608
+    )
+    parents = _server_cursor(
+        f"audit_verify_parent_{level}",
+        2000,
+        f"SELECT idx, hash FROM audit_tree_node WHERE level = {int(level) + 1} ORDER BY idx",  # noqa: S608
+    )
+    try:
+        for idx, digest in parents:
+            left, right = next(children, None), next(children, None)
+            if left is None or right is None or left[0] != 2 * idx or right[0] != 2 * idx + 1:
+                return int(idx)
+            if merkle.node_hash(bytes(left[1]), bytes(right[1])) != bytes(digest):
+                return int(idx)
+    finally:
+        children.close()
+        parents.close()
+    return None
+
+
+def _check_checkpoints(
+    stored: list[tuple[int, int, bytes, str, str, datetime]], linked: int, roots: dict[int, bytes]
+) -> ChainBreak | None:
+    """Each stored checkpoint: signed by a published key, its note saying what its row says,
+    and its root equal to the tree recomputed from the events at its size."""
+    from audit.checkpoints import check_note
+    from audit.notes import NoteError
+
+    for checkpoint_id, size, root_hash, origin, note, _ in stored:
+        where = f"checkpoint {checkpoint_id} (tree size {size})"
+        try:
+            signed, verifier = check_note(note)
+        except NoteError as exc:
+            return ChainBreak(None, None, f"{where}: the note does not parse ({exc})")
+        if verifier is None:
+            return ChainBreak(None, None, f"{where}: no valid signature by a published key")
+        if (signed.origin, signed.tree_size, signed.root_hash) != (origin, size, root_hash):
+            return ChainBreak(None, None, f"{where}: the stored columns differ from the signed note")
+        if size > linked:
+            return ChainBreak(None, None, f"{where}: signed {size} leaves but the chain has {linked} links")
+        expected = roots.get(size, merkle.EMPTY_ROOT if size == 0 else None)
+        if expected != root_hash:
+            return ChainBreak(None, None, f"{where}: the signed root differs from the tree rebuilt from the events")
+    return None
+
+
+def _latest_seen(stored: list[tuple[int, int, bytes, str, str, datetime]], linked: int) -> CheckpointSeen | None:
+    if not stored:
+        return None
+    checkpoint_id, size, _, _, _, created_at = stored[-1]
+    first_unsigned = None
+    if size < linked:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT linked_at FROM audit_chain_link WHERE position = %s", [size + 1])
+            row = cursor.fetchone()
+        first_unsigned = row[0] if row else None
+    return CheckpointSeen(checkpoint_id, size, created_at, first_unsigned)
 
 
 def _check_unlinked(chunk: int) -> tuple[int, datetime | None, ChainBreak | None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from audit import checkpoints
 from audit.chain import chain_all, chainer_loop_running
 from audit.chain import run_chainer as chainer_loop
 
@@ -20,6 +21,8 @@ JOB_BUDGET_S = 50.0
 
 SCHEDULES = [
     {"name": "audit.chain_pending", "func": "audit.jobs.run_chainer", "schedule_type": "I", "minutes": 1},
+    # A signed checkpoint of the Merkle tree whenever it grew (audit.checkpoints).
+    {"name": "audit.checkpoint", "func": "audit.jobs.sign_checkpoint", "schedule_type": "I", "minutes": 1},
 ]
 
 
@@ -27,3 +30,11 @@ def run_chainer() -> int:
     if chainer_loop_running():
         return chain_all()
     return chainer_loop(lambda: False, interval=0.5, until=time.monotonic() + JOB_BUDGET_S)
+
+
+def sign_checkpoint() -> int | None:
+    """The scheduled signer: the new checkpoint's tree size, or None when the tree did not grow.
+    Not wrapped in ``job_run``: its started/completed events would make the tree grow every
+    minute; the checkpoint's own event (or the refusal's) is the run's trail."""
+    signed = checkpoints.sign_checkpoint()
+    return signed.tree_size if signed.checkpoint is not None else None

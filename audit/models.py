@@ -48,7 +48,7 @@ class AuditChainLink(models.Model):
     event_id = models.BigIntegerField(unique=True)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
-    linked_at = models.DateTimeField(auto_now_add=True)
+    linked_at = models.DateTimeField(auto_now_add=True)  # stamped by the database (migration 0005)
 
     class Meta:
         db_table = "audit_chain_link"
@@ -65,3 +65,41 @@ class AuditPending(models.Model):
 
     def __str__(self) -> str:
         return f"event {self.event_id} awaiting chaining"
+
+
+class AuditTreeNode(models.Model):
+    """A complete subtree of the Merkle tree over the chain (docs/audit-log.md, "The Merkle
+    tree"): level 0 holds the leaf hashes (``idx`` = chain position - 1), level ``k`` index
+    ``j`` the hash of leaves ``j * 2**k`` to ``(j + 1) * 2**k - 1``. Written by the chainer
+    with the links; INSERT-only like them."""
+
+    pk = models.CompositePrimaryKey("level", "idx")
+    level = models.SmallIntegerField()
+    idx = models.BigIntegerField()
+    hash = models.BinaryField()
+
+    class Meta:
+        db_table = "audit_tree_node"
+
+    def __str__(self) -> str:
+        return f"tree node {self.level}/{self.idx}"
+
+
+class AuditCheckpoint(models.Model):
+    """A signed tree head: the C2SP checkpoint of the tree at ``tree_size`` leaves, as a
+    signed note. INSERT-only (trigger ``audit_checkpoint_append_only``)."""
+
+    id = models.BigAutoField(primary_key=True)
+    origin = models.CharField(max_length=200)
+    tree_size = models.BigIntegerField()
+    root_hash = models.BinaryField()
+    key_id = models.CharField(max_length=8)  # hex, of the key that signed it
+    note = models.TextField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "audit_checkpoint"
+        indexes = [models.Index(fields=["tree_size", "id"], name="audit_checkpoint_size")]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.id} at size {self.tree_size}"

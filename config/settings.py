@@ -284,6 +284,59 @@ REASONING_CONTENT_RETENTION_DAYS = env_int("REASONING_CONTENT_RETENTION_DAYS", 3
 # /healthz says "degraded" and operator pages show a banner (the chainer is down or behind).
 AUDIT_CHAIN_MAX_LAG_S = env_float("AUDIT_CHAIN_MAX_LAG_S", 60.0, minimum=1.0)
 
+# Signed checkpoints of the audit log's Merkle tree (docs/audit-log.md, "Checkpoints").
+# AUDIT_LOG_ORIGIN names the log (a schema-less URL: no spaces); AUDIT_LOG_SIGNING_KEY (or
+# AUDIT_LOG_SIGNING_KEY_FILE) is the Ed25519 signing key as a C2SP note key
+# (PRIVATE+KEY+<origin>+<id>+<base64>). Both are required when the database is on another
+# host; local runs (the embedded database, or one on a socket or loopback) generate the key
+# into DATA_DIR. AUDIT_LOG_PREVIOUS_KEYS lists the
+# verifier keys of rotated-out signing keys (comma-separated), still published so that older
+# checkpoints stay verifiable.
+AUDIT_LOG_ORIGIN = env_str("AUDIT_LOG_ORIGIN") or ""
+AUDIT_LOG_SIGNING_KEY = env_str("AUDIT_LOG_SIGNING_KEY") or ""
+# A local run: the embedded database, or one on this machine (a Unix socket or loopback).
+_LOCAL_DATABASE = (
+    EMBEDDED_DATABASE
+    or str(_db.get("HOST") or "").startswith("/")
+    or _db.get("HOST")
+    in (
+        "",
+        "localhost",
+        "127.0.0.1",
+        "::1",
+    )
+)
+if not AUDIT_LOG_ORIGIN or not AUDIT_LOG_SIGNING_KEY:
+    if not _LOCAL_DATABASE:
+        raise ImproperlyConfigured(
+            "AUDIT_LOG_ORIGIN and AUDIT_LOG_SIGNING_KEY (or AUDIT_LOG_SIGNING_KEY_FILE) are required "
+            "when the database is on another host (see docs/audit-log.md, 'Keys')"
+        )
+    AUDIT_LOG_ORIGIN = AUDIT_LOG_ORIGIN or "localhost/rft-audit-log"
+    if not AUDIT_LOG_SIGNING_KEY:
+        from audit.notes import Signer
+
+        AUDIT_LOG_SIGNING_KEY = _local_secret("audit_log_signing_key", Signer.generate(AUDIT_LOG_ORIGIN).key_string)
+AUDIT_LOG_PREVIOUS_KEYS = env_list("AUDIT_LOG_PREVIOUS_KEYS")
+from audit.notes import NoteError, Signer, Verifier  # noqa: E402 (pure: no Django)
+
+try:
+    _audit_signer = Signer.parse(AUDIT_LOG_SIGNING_KEY)
+except NoteError as exc:
+    raise ImproperlyConfigured(f"AUDIT_LOG_SIGNING_KEY: {exc}") from None
+if _audit_signer.name != AUDIT_LOG_ORIGIN:
+    raise ImproperlyConfigured(
+        f"AUDIT_LOG_SIGNING_KEY is named {_audit_signer.name!r} but AUDIT_LOG_ORIGIN is {AUDIT_LOG_ORIGIN!r}: "
+        "a checkpoint's signing key is named after its log (a local run: delete DATA_DIR/audit_log_signing_key)"
+    )
+for _index, _previous in enumerate(AUDIT_LOG_PREVIOUS_KEYS):
+    try:
+        Verifier.parse(_previous)
+    except NoteError as exc:
+        raise ImproperlyConfigured(f"AUDIT_LOG_PREVIOUS_KEYS entry {_index + 1}: {exc}") from None
+# A checkpoint older than this while events wait unsigned makes audit_verify say so.
+AUDIT_CHECKPOINT_MAX_AGE_S = env_float("AUDIT_CHECKPOINT_MAX_AGE_S", 600.0, minimum=60.0)
+
 
 # Drift per agent (reasoning.drift; docs/outcomes-and-drift.md "Drift per agent"): the baseline is
 # the agent's last DRIFT_BASELINE_SESSIONS completed sessions; with fewer than

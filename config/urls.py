@@ -14,6 +14,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("", include("audit.urls")),
     path("", include("reasoning.urls")),
     path("", include("pathways.urls")),
     path("", include("research_backlog.urls")),

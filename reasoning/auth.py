@@ -143,6 +143,21 @@ class IsAdmin(_ScopePermission):
     scope = ApiToken.Scope.ADMIN
 
 
+class CanReadAudit(_ScopePermission):
+    """The audit log's proofs and events: ``audit.read``, or ``reasoning.admin``."""
+
+    scope = ApiToken.Scope.AUDIT_READ
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        if isinstance(user, TokenPrincipal) and user.has_scope(ApiToken.Scope.ADMIN):
+            return True
+        if super().has_permission(request, view):
+            return True
+        self.message: str = "This route needs the 'audit.read' or 'reasoning.admin' scope."
+        return False
+
+
 class BearerTokenScheme(OpenApiAuthenticationExtension):
     target_class = "reasoning.auth.BearerTokenAuthentication"
     name = "bearerAuth"

@@ -216,6 +216,8 @@ class ApiToken(models.Model):
         READ = "reasoning.read"
         ADMIN = "reasoning.admin"
         COT_READ = "reasoning.cot.read"
+        # The verifiable audit log's proofs and events (/audit/v1/…); reasoning.admin reads them too.
+        AUDIT_READ = "audit.read"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     name = models.CharField(max_length=100, unique=True)

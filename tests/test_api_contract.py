@@ -85,11 +85,12 @@ def clients(make_token: Callable[..., str], client_for: Callable[[str | None], A
 def client_for_route(clients: dict[str, APIClient], path: str, method: str) -> APIClient:
     if path.startswith("/api/reasoning/flows/<str:flow_id>") and method == "get":
         return clients["patient"]  # the narrative
-    return clients["admin"] if path.startswith("/admin/") else clients["agent"]
+    return clients["admin"] if path.startswith(("/admin/", "/audit/")) else clients["agent"]
 
 
 def fill(path: str, some_id: str) -> str:
     """Put an id into every path parameter: the query is checked before the id is looked up."""
+    path = re.sub(r"<int:\w+>", "1", path)
     return re.sub(r"<(?:\w+:)?\w+>", some_id, path)
 
 

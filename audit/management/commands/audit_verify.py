@@ -1,11 +1,13 @@
-"""Verify the audit trail end to end: every link, every event, the chainer's queue.
+"""Verify the audit trail end to end: every link, every event, the chainer's queue, the
+Merkle tree and every signed checkpoint.
 
 Exit status:
-  0  intact and current: no break, and no event has waited for the chainer longer
-     than AUDIT_CHAIN_MAX_LAG_S;
-  1  broken: prints the first break (chain position and/or event sequence number);
-  2  intact but behind: the oldest event still waiting for the chainer is older than
-     AUDIT_CHAIN_MAX_LAG_S, so the chainer is not running or cannot keep up.
+  0  intact and current: no break, no event has waited for the chainer longer than
+     AUDIT_CHAIN_MAX_LAG_S, and no linked event has waited for a checkpoint longer than
+     AUDIT_CHECKPOINT_MAX_AGE_S;
+  1  broken: prints the first break (chain position and/or event sequence number, or the
+     tree or checkpoint that contradicts the events);
+  2  intact but behind: the chainer or the checkpoint signer is not running or cannot keep up.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
+from django.utils import timezone
 from tqdm import tqdm
 
-from audit.chain import chain_all, chain_length, verify_chain
+from audit.chain import VerifyResult, chain_all, chain_length, verify_chain
 
 EXIT_BROKEN = 1
 EXIT_BEHIND = 2
@@ -58,6 +61,7 @@ class Command(BaseCommand):
         age = result.oldest_pending_age_s
         tail = f"; {result.pending} events awaiting chaining, the oldest for {age:.1f} s" if age is not None else ""
         self.stdout.write(f"audit chain intact: {result.linked} links verified{tail}")
+        behind = self._report_checkpoints(result)
         limit = settings.AUDIT_CHAIN_MAX_LAG_S
         if age is not None and age > limit:
             self.stderr.write(
@@ -66,3 +70,31 @@ class Command(BaseCommand):
                 "start `manage.py audit_chainer` or the django-q2 worker (`manage.py qcluster`)"
             )
             sys.exit(EXIT_BEHIND)
+        if behind:
+            sys.exit(EXIT_BEHIND)
+
+    def _report_checkpoints(self, result: VerifyResult) -> bool:
+        """Print the tree and checkpoint line; True when signed checkpoints lag behind."""
+        latest = result.latest_checkpoint
+        now = timezone.now()
+        if latest is None:
+            self.stdout.write("merkle tree intact; no checkpoint signed yet")
+            return False
+        age = (now - latest.created_at).total_seconds()
+        unsigned = result.linked - latest.tree_size
+        self.stdout.write(
+            f"merkle tree intact; {result.checkpoints} checkpoints verified, the latest (#{latest.id}) "
+            f"signs {latest.tree_size} of {result.linked} links and is {age:.0f} s old"
+        )
+        if latest.first_unsigned_linked_at is None:
+            return False
+        waited = (now - latest.first_unsigned_linked_at).total_seconds()
+        limit = settings.AUDIT_CHECKPOINT_MAX_AGE_S
+        if waited <= limit:
+            return False
+        self.stderr.write(
+            f"audit checkpoints BEHIND: {unsigned} linked events have waited up to {waited:.0f} s for a signed "
+            f"checkpoint (AUDIT_CHECKPOINT_MAX_AGE_S is {limit:g} s): run `manage.py audit_checkpoint` or the "
+            "django-q2 worker"
+        )
+        return True
