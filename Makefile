@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test lint fmt setup db browser wrk bench bench-matcher bench-flow-list bench-export bench-drift clean
+.PHONY: run stop test lint fmt setup db browser wrk bench bench-matcher bench-flow-list bench-export bench-drift bench-audit clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,7 @@ bench: db wrk $(BENCH_TOOLS)/bin/py-spy
 	$(BIN)/python scripts/bench_flow_list.py
 	$(BIN)/python scripts/bench_export.py
 	$(BIN)/python scripts/bench_drift.py
+	$(BIN)/python scripts/bench_audit_log.py
 
 # The operators' flow list over 1,000,000 flows (server time in process).
 bench-flow-list: db
@@ -92,6 +93,11 @@ bench-export: db
 # The daily drift job over 100 agents x 50 sessions x 20 decisions: agents judged per second.
 bench-drift: db
 	$(BIN)/python scripts/bench_drift.py
+
+# The verifiable audit log over 1,000,000 events: inclusion proofs over HTTP (p95, proofs/s) and
+# tools/verify_audit_log.py against raw SHA-256 over the same leaves.
+bench-audit: db
+	$(BIN)/python scripts/bench_audit_log.py
 
 bench-matcher: db $(BENCH_TOOLS)/bin/py-spy
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py

@@ -152,3 +152,50 @@ def test_the_witness_cosigns_with_a_tlog_cosignature_line(live_server: LiveServe
     message = f"cosignature/v1\ntime {timestamp}\n{note.body}".encode()
     Ed25519PublicKey.from_public_bytes(public).verify(raw[8:], message)  # raises when wrong
     assert base64.b64encode(key_id + raw).decode() in out
+
+
+def test_the_standalone_verifier_checks_the_live_log_online(
+    live_server: LiveServer, tmp_path: Path, token: str
+) -> None:
+    import subprocess
+    import sys
+
+    verifier = Path(__file__).resolve().parents[2] / "tools" / "verify_audit_log.py"
+    write(3)
+    sign_checkpoint()
+    kept = tmp_path / "kept.note"
+    kept.write_text(_latest_note())
+    write(4)
+    sign_checkpoint()
+    key = signer().verifier.key_string
+
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            str(verifier),
+            "--key",
+            key,
+            "--url",
+            live_server.url,
+            "--token",
+            token,
+            "--trusted-checkpoint",
+            str(kept),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("audit log verified: ") and "consistent with 1 kept checkpoint" in run.stdout
+
+
+def _latest_note() -> str:
+    from audit.checkpoints import latest_checkpoint
+
+    latest = latest_checkpoint()
+    assert latest is not None
+    return latest.note
