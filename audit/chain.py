@@ -336,7 +336,7 @@ def verify_chain(on_progress: Callable[[int], object] | None = None, chunk: int 
         roots: dict[int, bytes] = {}
         linked, broken = _walk_links(on_progress, chunk, {row[1] for row in stored}, roots)
         if broken is None:
-            broken = _check_tree(linked, roots.get(linked, merkle.EMPTY_ROOT) if linked else merkle.EMPTY_ROOT)
+            broken = _check_tree(linked, roots.get(linked, merkle.EMPTY_ROOT))
         if broken is None:
             broken = _check_checkpoints(stored, linked, roots)
         pending, oldest, tail_break = _check_unlinked(chunk)

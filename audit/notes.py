@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 ED25519 = 0x01
+COSIGNATURE_V1 = 0x04  # C2SP tlog-cosignature/v1: a witness's Ed25519 key
 SIGNATURE_PREFIX = "\u2014 "  # an em dash and a space
 _NAME = re.compile(r"^[^\s+]+$")  # no whitespace, no plus (C2SP signed-note key names)
 _SIZE = re.compile(r"^(0|[1-9][0-9]*)$")
@@ -32,8 +33,8 @@ class NoteError(ValueError):
     """A note, checkpoint or key that does not follow its format."""
 
 
-def key_id(name: str, public_key: bytes) -> bytes:
-    return hashlib.sha256(name.encode() + b"\n" + bytes([ED25519]) + public_key).digest()[:4]
+def key_id(name: str, public_key: bytes, key_type: int = ED25519) -> bytes:
+    return hashlib.sha256(name.encode() + b"\n" + bytes([key_type]) + public_key).digest()[:4]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
@@ -33,9 +32,9 @@ from django.views.decorators.http import require_safe
 from core.access import operator_required
 from core.actors import actor_for
 from core.errors import InvalidInput
-from core.labels import label_validator
 from reasoning import drift, review, services
 from reasoning.agents_page import PILLS, AgentRow, agent_rows
+from reasoning.drift_api import parse_agent
 from reasoning.models import DriftReport
 from reasoning.sessions import SessionPage, SessionSummary
 
@@ -201,13 +200,10 @@ def _link(request: HttpRequest, **changes: str | None) -> str:
 
 
 def _agent(raw: str) -> str | None:
-    if len(raw) > 100:
-        return None
     try:
-        label_validator(raw)
-    except DjangoValidationError:
+        return parse_agent(raw)
+    except InvalidInput:
         return None
-    return raw
 
 
 @operator_required

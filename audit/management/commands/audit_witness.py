@@ -9,7 +9,6 @@ someone signs in its name); exit 2: the log could not be reached or answered non
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import sys
@@ -23,11 +22,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.management.base import BaseCommand, CommandParser
 
 from audit import merkle
-from audit.notes import SIGNATURE_PREFIX, Checkpoint, NoteError, Signer, Verifier, parse_checkpoint, parse_note
+from audit.notes import (
+    COSIGNATURE_V1,
+    SIGNATURE_PREFIX,
+    Checkpoint,
+    NoteError,
+    Signer,
+    Verifier,
+    key_id,
+    parse_checkpoint,
+    parse_note,
+)
 
 EXIT_FORK = 1
 EXIT_UNREACHABLE = 2
-COSIGNATURE_KEY_TYPE = 0x04  # C2SP tlog-cosignature/v1
 
 
 def cosignature_line(witness: Signer, body: str, timestamp: int) -> str:
@@ -36,7 +44,7 @@ def cosignature_line(witness: Signer, body: str, timestamp: int) -> str:
     message = f"cosignature/v1\ntime {timestamp}\n{body}".encode()
     private = Ed25519PrivateKey.from_private_bytes(witness.seed)
     public = witness.verifier.public_key
-    kid = hashlib.sha256(witness.name.encode() + b"\n" + bytes([COSIGNATURE_KEY_TYPE]) + public).digest()[:4]
+    kid = key_id(witness.name, public, COSIGNATURE_V1)
     signature = timestamp.to_bytes(8, "big") + private.sign(message)
     return f"{SIGNATURE_PREFIX}{witness.name} {base64.b64encode(kid + signature).decode()}\n"
 
