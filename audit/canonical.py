@@ -16,9 +16,16 @@ from typing import Any
 GENESIS_HASH = "0" * 64
 
 
+# What record() writes in place of the time: the database stamps the row (trigger
+# audit_event_stamp, migration 0005) and splices the time in between the two quotes.
+CREATED_AT_PLACEHOLDER = b',"created_at":""'
+
+
 def canonical_bytes(
-    *, action: str, actor: str, target_type: str, target_id: str, payload: Any, created_at: datetime
+    *, action: str, actor: str, target_type: str, target_id: str, payload: Any, created_at: datetime | None
 ) -> bytes:
+    """The canonical bytes; with ``created_at=None`` the time is left empty
+    (``CREATED_AT_PLACEHOLDER``) for the database to stamp."""
     return json.dumps(
         canonical_document(
             action=action,
@@ -36,12 +43,12 @@ def canonical_bytes(
 
 
 def canonical_document(
-    *, action: str, actor: str, target_type: str, target_id: str, payload: Any, created_at: datetime
+    *, action: str, actor: str, target_type: str, target_id: str, payload: Any, created_at: datetime | None
 ) -> dict[str, Any]:
     return {
         "action": action,
         "actor": actor,
-        "created_at": format_created_at(created_at),
+        "created_at": "" if created_at is None else format_created_at(created_at),
         "payload": payload,
         "target_id": target_id,
         "target_type": target_type,

@@ -101,16 +101,15 @@ def chain_pending(batch_size: int = 1000, *, wait: bool = True) -> int:
             cursor.execute("SELECT position, hash FROM audit_chain_link ORDER BY position DESC LIMIT 1")
             head = cursor.fetchone()
             position, prev_hash = (head[0], head[1]) if head else (0, GENESIS_HASH)
-            now = timezone.now()
             links = []
             for event_id, canonical in events:
                 position += 1
                 digest = link_hash(prev_hash, position, event_id, bytes(canonical))
-                links.append((position, event_id, prev_hash, digest, now))
+                links.append((position, event_id, prev_hash, digest))
                 prev_hash = digest
+            # linked_at is stamped by the database (trigger audit_chain_link_stamp).
             cursor.executemany(
-                "INSERT INTO audit_chain_link (position, event_id, prev_hash, hash, linked_at) "
-                "VALUES (%s, %s, %s, %s, %s)",
+                "INSERT INTO audit_chain_link (position, event_id, prev_hash, hash) VALUES (%s, %s, %s, %s)",
                 links,
             )
             # The Merkle tree grows with the chain, in the same transaction (audit.tree).

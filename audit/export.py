@@ -1,13 +1,16 @@
 """``manage.py audit_export --out DIR``: the audit log as plain files an auditor verifies offline
 with ``tools/verify_audit_log.py`` (docs/audit-log.md, "Export").
 
-Layout (format ``rft-audit-export/1``):
+Layout (format ``rft-audit-export/2``):
 
 * ``manifest.json`` — ``{"format", "origin", "tree_size", "exported_at"}``;
 * ``public-keys.txt`` — verifier keys, the current one first, then rotated-out ones;
 * ``checkpoint.txt`` — the latest signed note; it covers every exported event;
 * ``checkpoints.jsonl`` — every stored checkpoint in signing order, ``{"id", "tree_size", "note"}``;
-* ``events.txt`` — line *p* is ``<event id> <base64 canonical bytes>`` for chain position *p*.
+* ``events.txt`` — line *p* is ``<event id> <canonical bytes>`` for chain position *p*, the bytes
+  raw (compact JSON never holds a line feed; it may hold spaces): the leaf data is the line with its
+  first space replaced by a line feed. A link whose event is missing has empty bytes (``<id> ``).
+  (Format ``/1`` had the bytes in base64; the verifier still reads it.)
 
 Everything is read in one repeatable-read snapshot, so the files agree with each other; the
 events stream through a server-side cursor (constant memory).
@@ -15,7 +18,6 @@ events stream through a server-side cursor (constant memory).
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +31,7 @@ from audit.chain import read_snapshot
 from audit.checkpoints import verifiers
 from audit.models import AuditCheckpoint
 
-FORMAT = "rft-audit-export/1"
+FORMAT = "rft-audit-export/2"
 FILES = ("manifest.json", "public-keys.txt", "checkpoint.txt", "checkpoints.jsonl", "events.txt")
 
 
@@ -85,7 +87,10 @@ def _events(path: Path, size: int, on_progress: Callable[[int], object] | None, 
             [size],
         )
         for event_id, canonical in cursor:
-            handle.write(b"%d %s\n" % (event_id, base64.b64encode(bytes(canonical))))
+            data = bytes(canonical)
+            if b"\n" in data:  # cannot happen (compact JSON escapes it): never write an ambiguous line
+                raise ExportError(f"event {event_id}: its canonical bytes hold a line feed")
+            handle.write(b"%d %s\n" % (event_id, data))
             written += 1
             if on_progress is not None and written % chunk == 0:
                 on_progress(chunk)

@@ -25,6 +25,7 @@ class AuditEvent(models.Model):
     target_type = models.CharField(max_length=100, blank=True, default="")
     target_id = models.CharField(max_length=100, blank=True, default="")
     payload = models.JSONField(default=dict)
+    # Stamped by the database (trigger audit_event_stamp, migration 0005): no writer backdates an event.
     created_at = models.DateTimeField()
     canonical = models.BinaryField()
 
@@ -48,7 +49,8 @@ class AuditChainLink(models.Model):
     event_id = models.BigIntegerField(unique=True)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
-    linked_at = models.DateTimeField(auto_now_add=True)  # stamped by the database (migration 0005)
+    # Stamped by the database (trigger audit_chain_link_stamp, migration 0005).
+    linked_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         db_table = "audit_chain_link"

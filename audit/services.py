@@ -2,6 +2,8 @@
 
 Call it inside the transaction that makes the change: the event and the change commit
 or roll back together. The event is chained shortly after commit by ``audit.chain``.
+The database, not this process, stamps each event's time (``created_at``, trigger
+``audit_event_stamp``), so no writer can backdate one.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, models, transaction
-from django.utils import timezone
 
 from audit.actions import Action
 from audit.canonical import canonical_bytes
@@ -77,7 +78,6 @@ def record_many(events: Sequence[Event]) -> list[int]:
         raise RuntimeError("audit.record() must run inside the transaction of the change it records")
     if not events:
         return []
-    created_at = timezone.now()
     rows: list[dict[str, Any]] = []
     for n, event in enumerate(events):
         if not isinstance(event.action, Action):
@@ -91,7 +91,7 @@ def record_many(events: Sequence[Event]) -> list[int]:
             target_type=target_type,
             target_id=target_id,
             payload=payload,
-            created_at=created_at,
+            created_at=None,  # stamped by the database (trigger audit_event_stamp)
         )
         rows.append(
             {
@@ -110,9 +110,8 @@ def record_many(events: Sequence[Event]) -> list[int]:
         cursor.execute(
             """
             WITH event AS (
-                INSERT INTO audit_event
-                    (action, actor, target_type, target_id, payload, created_at, canonical)
-                SELECT e.action, e.actor, e.target_type, e.target_id, e.payload, %s, e.canonical
+                INSERT INTO audit_event (action, actor, target_type, target_id, payload, canonical)
+                SELECT e.action, e.actor, e.target_type, e.target_id, e.payload, e.canonical
                 FROM json_to_recordset(%s::json) AS e(
                     n int, action text, actor text, target_type text, target_id text, payload jsonb, canonical bytea
                 )
@@ -121,7 +120,7 @@ def record_many(events: Sequence[Event]) -> list[int]:
             )
             INSERT INTO audit_pending (event_id) SELECT id FROM event ORDER BY id RETURNING event_id
             """,
-            [created_at, json.dumps(rows)],
+            [json.dumps(rows)],
         )
         return sorted(int(row[0]) for row in cursor.fetchall())
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 import django_stubs_ext
@@ -31,11 +32,16 @@ DEBUG = env_bool("DJANGO_DEBUG", default=False)
 
 # --- Database -----------------------------------------------------------------------
 _database_url = env_str("DATABASE_URL")
+# The owner role's connection, for `manage.py migrate` only (docs/deploy.md, "Database roles"):
+# the application then runs as DATABASE_URL's role, which migrate grants what it may do.
+_migration_url = env_str("DATABASE_MIGRATION_URL")
 EMBEDDED_DATABASE = not _database_url
 if EMBEDDED_DATABASE:
     from config.embedded_pg import embedded_database_url
 
-    _database_url = embedded_database_url(DATA_DIR, env_str("RFT_EMBEDDED_DB_NAME") or "reasoning_flow")
+    if _migration_url:
+        raise ImproperlyConfigured("DATABASE_MIGRATION_URL is set but DATABASE_URL is not: set both, or neither")
+    _database_url, _migration_url = embedded_database_url(DATA_DIR, env_str("RFT_EMBEDDED_DB_NAME") or "reasoning_flow")
 
 try:
     _db = dj_database_url.parse(str(_database_url))
@@ -46,6 +52,34 @@ if _db.get("ENGINE") != "django.db.backends.postgresql":
 if EMBEDDED_DATABASE:
     # The embedded server listens on a Unix socket only; keep the project's own database.
     _db["HOST"] = _db.get("OPTIONS", {}).pop("host", "")
+# The owner's credentials and address (same database name): see audit/privileges.py.
+DATABASE_MIGRATION: dict[str, Any] | None = None
+if _migration_url:
+    try:
+        _owner = dj_database_url.parse(_migration_url)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_MIGRATION_URL is not a valid database URL: {exc}") from exc
+    if _owner.get("ENGINE") != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("DATABASE_MIGRATION_URL must point at PostgreSQL (postgres:// or postgresql://)")
+    if _owner.get("NAME") != _db.get("NAME"):
+        raise ImproperlyConfigured(
+            f"DATABASE_MIGRATION_URL names database {_owner.get('NAME')!r}, DATABASE_URL {_db.get('NAME')!r}: "
+            "they must be the same database"
+        )
+    if not _owner.get("USER") or _owner.get("USER") == _db.get("USER"):
+        raise ImproperlyConfigured("DATABASE_MIGRATION_URL must name the owner role, not DATABASE_URL's role")
+    _owner_options = dict(_owner.get("OPTIONS") or {})
+    if EMBEDDED_DATABASE:
+        _owner_options.pop("host", None)
+    DATABASE_MIGRATION = {
+        "USER": _owner["USER"],
+        "PASSWORD": _owner.get("PASSWORD") or "",
+        "HOST": _owner.get("HOST") or (_db.get("HOST") if EMBEDDED_DATABASE else ""),
+        "PORT": _owner.get("PORT") or "",
+        "OPTIONS": {**dict(_db.get("OPTIONS") or {}), **_owner_options},
+    }
+# The role the application connects as, when migrations run as another (the owner).
+DATABASE_APPLICATION_ROLE: str | None = str(_db["USER"]) if DATABASE_MIGRATION else None
 # Persistent connections: the write path is dominated by connection set-up otherwise.
 _db["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 300, minimum=0)
 # Off by default: a health check is one more round trip on every request. After a

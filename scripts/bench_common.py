@@ -28,9 +28,9 @@ def server_url() -> str:
         return url
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from config.embedded_pg import embedded_database_url
+    from config.embedded_pg import embedded_server_url
 
-    return embedded_database_url(ROOT / ".data", "reasoning_flow")
+    return embedded_server_url(ROOT / ".data")
 
 
 def with_database(url: str, name: str) -> str:

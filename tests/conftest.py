@@ -6,12 +6,16 @@ record, made under a frozen clock) overrides the fixture of the same name next t
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any, cast
 
 import pytest
+import time_machine
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
+from django.db import connection, connections
 from django.test import Client
 from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
@@ -201,3 +205,50 @@ def flow(agent: APIClient) -> dict[str, Any]:
 def sleeps() -> Sleeps:
     """Pass as a retrying client's ``sleep``: records the waits instead of sleeping."""
     return Sleeps()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """The suite connects as the owner role: it creates, migrates and flushes (TRUNCATE) test
+    databases, which the application's role may not. tests/audit/test_least_privilege.py runs
+    the code as the application role (``SET ROLE``), with the grants migrate gave it."""
+    owner = settings.DATABASE_MIGRATION
+    if owner:
+        connections["default"].close()
+        for databases in (settings.DATABASES["default"], connections["default"].settings_dict):
+            cast(dict[str, Any], databases).update(owner)
+
+
+class DatabaseClock:
+    """Python's clock, frozen, for tests of how old queued audit events are. The database
+    stamps each event's time (trigger audit_event_stamp), so ``shift(d)`` sets Python's
+    clock to the stamp of the oldest queued event (the database's time when none is
+    queued) plus every shift so far: the event is then exactly that old."""
+
+    def __init__(self, traveller: Any) -> None:
+        self._traveller = traveller
+        self._anchor: datetime | None = None
+        self._offset = timedelta(0)
+
+    def shift(self, delta: timedelta) -> None:
+        if self._anchor is None:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT coalesce((SELECT min(e.created_at) FROM audit_pending p"
+                    " JOIN audit_event e ON e.id = p.event_id), clock_timestamp())"
+                )
+                row = cursor.fetchone()
+            assert row is not None
+            self._anchor = row[0]
+        self._offset += delta
+        self._traveller.move_to(self._anchor + self._offset)
+
+
+@pytest.fixture
+def db_clock(db: None) -> Iterator[DatabaseClock]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        row = cursor.fetchone()
+    assert row is not None
+    with time_machine.travel(row[0], tick=False) as traveller:
+        yield DatabaseClock(traveller)

@@ -21,8 +21,11 @@ proof from each kept checkpoint to the latest one.
 Exit 0 with ``audit log verified: ...`` on stdout; 1 with ``audit log FAILED: <reason>`` on stderr;
 2 for usage errors and inputs that cannot be read.
 
-``--dir`` hashes ``events.txt`` in chunks on a pool of worker processes (one per CPU for large
-files; ``--workers 1`` keeps everything in this process); memory stays constant either way.
+``--dir`` reads an export of format ``rft-audit-export/2`` (``events.txt`` line *p* is
+``<event id> <canonical bytes>``, raw) or ``rft-audit-export/1`` (``<event id> <base64 canonical
+bytes>``), as its manifest says. It hashes ``events.txt`` in chunks on a pool of worker processes
+(one per CPU for large files; ``--workers 1`` keeps everything in this process); memory stays
+constant either way.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -60,7 +64,7 @@ __all__ = [
     "verify_url",
 ]
 
-EXPORT_FORMAT = "rft-audit-export/1"
+EXPORT_FORMATS = {"rft-audit-export/1": 1, "rft-audit-export/2": 2}  # format -> events.txt version
 SIGNATURE_PREFIX = "\u2014 "  # an em dash and a space (C2SP signed-note)
 ED25519 = 0x01
 EMPTY_ROOT = hashlib.sha256(b"").digest()
@@ -73,6 +77,10 @@ _sha256 = hashlib.sha256
 _a2b = binascii.a2b_base64
 # Everything but the space and the line feed: ``translate(None, _NOT_SEPARATORS)`` keeps only those.
 _NOT_SEPARATORS = bytes(ch for ch in range(256) if ch not in b" \n")
+# Format /2: a line is ``<digits> <at least one byte>``. Searched for in a buffer of whole lines
+# (without its final line feed), ``_NOT_A_LINE`` finds the line feed before any line that is not.
+_A_LINE = re.compile(rb"[0-9]+ [^\n]")
+_NOT_A_LINE = re.compile(rb"\n(?![0-9]+ [^\n])")
 
 
 class VerificationError(Exception):
@@ -334,11 +342,13 @@ def verify_consistency(old_size: int, new_size: int, old_root: bytes, new_root: 
 # --- events.txt, in chunks --------------------------------------------------------------------
 
 _worker_fd: int | None = None
+_worker_raw = True  # events.txt holds raw canonical bytes (format /2), not base64 (/1)
 
 
-def _open_events(path: str) -> None:
-    global _worker_fd  # one descriptor per worker process
+def _open_events(path: str, raw: bool) -> None:
+    global _worker_fd, _worker_raw  # one descriptor per worker process
     _worker_fd = os.open(path, os.O_RDONLY)
+    _worker_raw = raw
 
 
 Task = tuple[int, int, int, int, tuple[int, ...]]  # (offset, length, first leaf index, lines, cuts)
@@ -351,6 +361,7 @@ def _hash_chunk(task: Task) -> Chunk:
     offset, length, start, count, cuts = task
     fd = _worker_fd
     assert fd is not None
+    hash_lines = _hash_raw_lines if _worker_raw else _hash_lines
     hashes: list[bytes] = []
     position, end, piece = offset, offset + length, PIECE_BYTES
     while position < end:
@@ -363,7 +374,7 @@ def _hash_chunk(task: Task) -> Chunk:
                 piece *= 2
                 continue
             buf = buf[:cut]
-        failure = _hash_lines(buf, hashes)
+        failure = hash_lines(buf, hashes)
         if failure is not None:
             return -1 - len(hashes) - failure[0], failure[1]
         position += len(buf)
@@ -372,9 +383,37 @@ def _hash_chunk(task: Task) -> Chunk:
     return count, _segments(hashes, start, cuts)
 
 
+def _hash_raw_lines(buf: bytes, hashes: list[bytes]) -> tuple[int, str] | None:
+    """Format /2: append the leaf hash of each line of ``buf`` (whole lines; the last may lack its
+    line feed) to ``hashes``, or name the first malformed line and append nothing. The leaf data
+    is the line with its first space replaced by a line feed."""
+    lines = buf.split(b"\n")
+    end = len(buf)
+    if buf[-1] == 0x0A:
+        lines.pop()
+        end -= 1
+    if not _A_LINE.match(buf, 0, end) or _NOT_A_LINE.search(buf, 0, end):
+        failure = _bad_raw_line(lines)
+        if failure is not None:
+            return failure
+    sha256 = _sha256
+    hashes += [sha256(b"\x00" + line.replace(b" ", b"\n", 1)).digest() for line in lines]
+    return None
+
+
+def _bad_raw_line(lines: list[bytes]) -> tuple[int, str] | None:
+    for index, line in enumerate(lines):
+        event_id, space, canonical = line.partition(b" ")
+        if not space or not event_id.isdigit():
+            return index, "is not '<event id> <canonical bytes>'"
+        if not canonical:
+            return index, f"(event {event_id.decode()}) has no event bytes: the event is missing"
+    return None
+
+
 def _hash_lines(buf: bytes, hashes: list[bytes]) -> tuple[int, str] | None:
-    """Append the leaf hash of each line of ``buf`` (whole lines; the last may lack its line
-    feed) to ``hashes``, or name the first malformed line and append nothing."""
+    """Format /1 (base64): append the leaf hash of each line of ``buf`` (whole lines; the last may
+    lack its line feed) to ``hashes``, or name the first malformed line and append nothing."""
     count = buf.count(b"\n")
     separators = b" \n" * count
     if not buf.endswith(b"\n"):
@@ -538,8 +577,11 @@ def verify_dir(
         raise InputError("give the log's verifier key with --key")
     root_dir = os.fspath(directory)
     manifest = _read_json(os.path.join(root_dir, "manifest.json"))
-    if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
-        raise InputError(f"{os.path.join(root_dir, 'manifest.json')} is not an {EXPORT_FORMAT} manifest")
+    name = manifest.get("format") if isinstance(manifest, dict) else None
+    version = EXPORT_FORMATS.get(name) if isinstance(name, str) else None
+    if version is None:
+        names = " or ".join(sorted(EXPORT_FORMATS))
+        raise InputError(f"{os.path.join(root_dir, 'manifest.json')} is not an {names} manifest")
     latest_text = _read_text(checkpoint or os.path.join(root_dir, "checkpoint.txt"))
     plan, signer, kept = _prepare(latest_text, given, trusted)
     latest = plan.latest
@@ -557,7 +599,9 @@ def verify_dir(
         raise InputError(f"cannot read {events}: {error.strerror}") from None
     frontier = Frontier()
     plan.check(0, EMPTY_ROOT)
-    count = _hash_events(events, file_size, plan, frontier, _progress(progress), _workers(workers, file_size))
+    count = _hash_events(
+        events, file_size, version == 2, plan, frontier, _progress(progress), _workers(workers, file_size)
+    )
     if count > latest.size:
         raise VerificationError(f"{count - latest.size} events are not covered by the signed checkpoint")
     if count < latest.size:
@@ -566,7 +610,7 @@ def verify_dir(
 
 
 def _hash_events(
-    path: str, file_size: int, plan: _Plan, frontier: Frontier, report: Callable[[int], None], workers: int
+    path: str, file_size: int, raw: bool, plan: _Plan, frontier: Frontier, report: Callable[[int], None], workers: int
 ) -> int:
     sizes = list(plan.by_size)
     chunk = CHUNK_BYTES if workers == 1 else max(4096, min(CHUNK_BYTES, file_size // (workers * 8) + 1))
@@ -574,11 +618,11 @@ def _hash_events(
     count = 0
     try:
         if workers == 1:
-            _open_events(path)
+            _open_events(path, raw)
             count = _fold(map(_hash_chunk, tasks), plan, frontier, report)
         else:
             context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
-            with context.Pool(workers, initializer=_open_events, initargs=(path,)) as pool:
+            with context.Pool(workers, initializer=_open_events, initargs=(path, raw)) as pool:
                 count = _fold(pool.imap(_hash_chunk, tasks), plan, frontier, report)
     except OSError as error:
         raise InputError(f"cannot read {path}: {error.strerror}") from None

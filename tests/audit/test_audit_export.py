@@ -4,7 +4,6 @@ on the real export (docs/audit-log.md, "Export and the standalone verifier")."""
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import sys
@@ -29,7 +28,14 @@ VERIFIER = REPO / "tools" / "verify_audit_log.py"
 
 def write(count: int) -> None:
     with transaction.atomic():
-        record_many([Event(Action.STEP_CREATED, "token:agent", ("test.item", n), {"n": n}) for n in range(count)])
+        record_many(
+            [
+                Event(
+                    Action.STEP_CREATED, "token:agent", ("test.item", n), {"n": n, "note": "raw bytes, spaces and all"}
+                )
+                for n in range(count)
+            ]
+        )
 
 
 def export(out: Path) -> str:
@@ -52,17 +58,18 @@ def test_the_export_holds_every_event_every_checkpoint_and_the_keys(tmp_path: Pa
 
     out = tmp_path / "audit"
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["format"] == "rft-audit-export/1"
+    assert manifest["format"] == "rft-audit-export/2"
     size = manifest["tree_size"]
     assert message.strip() == f"exported {size} events and 1 checkpoints to {out}"
-    lines = (out / "events.txt").read_text().splitlines()
+    lines = (out / "events.txt").read_bytes().split(b"\n")
+    assert lines.pop() == b""
     assert len(lines) == size
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT l.event_id, e.canonical FROM audit_chain_link l JOIN audit_event e ON e.id = l.event_id"
             " ORDER BY l.position"
         )
-        expected = [f"{event_id} {base64.b64encode(bytes(canonical)).decode()}" for event_id, canonical in cursor]
+        expected = [b"%d %s" % (event_id, bytes(canonical)) for event_id, canonical in cursor]
     assert lines == expected[:size]
     assert (out / "public-keys.txt").read_text() == signer().verifier.key_string + "\n"
     latest = AuditCheckpoint.objects.order_by("-id").first()
@@ -97,11 +104,10 @@ def test_the_standalone_verifier_accepts_the_real_export_and_refuses_it_once_alt
     assert ok.stdout.startswith(f"audit log verified: {size} events, root ")
     assert "consistent with 1 kept checkpoint" in ok.stdout
 
-    events = (new / "events.txt").read_text().splitlines()
-    event_id, canonical = events[2].split(" ")
-    altered = base64.b64decode(canonical).replace(b'"n":2', b'"n":7')
-    events[2] = f"{event_id} {base64.b64encode(altered).decode()}"
-    (new / "events.txt").write_text("\n".join(events) + "\n")
+    events = (new / "events.txt").read_bytes().split(b"\n")
+    assert b'"n":2' in events[2]
+    events[2] = events[2].replace(b'"n":2', b'"n":7')
+    (new / "events.txt").write_bytes(b"\n".join(events))
 
     broken = run_verifier("--key", key, "--dir", str(new))
 

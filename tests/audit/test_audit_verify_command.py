@@ -11,12 +11,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from io import StringIO
 from typing import Any
 
 import pytest
-import time_machine
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 
@@ -25,6 +24,7 @@ from audit.canonical import canonical_bytes
 from audit.chain import chain_all, verify_chain
 from audit.models import AuditChainLink, AuditEvent, AuditPending
 from audit.services import record
+from tests.conftest import DatabaseClock
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,6 @@ def chain(db: None) -> list[int]:
     assert chain_all() == 5
     return list(AuditChainLink.objects.order_by("position").values_list("event_id", flat=True))
 
-
-T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
 # Each audit table's protecting trigger.
 TRIGGERS = {
@@ -204,10 +202,14 @@ def test_verify_names_a_forged_event_that_is_neither_linked_nor_pending(chain: l
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            INSERT INTO audit_event (action, actor, target_type, target_id, payload, created_at, canonical)
-            VALUES ('auth.api_token.created', 'system:cli', '', '', '{}'::jsonb, now(), '\\x7b7d'::bytea)
+            INSERT INTO audit_event (action, actor, target_type, target_id, payload, canonical)
+            VALUES ('auth.api_token.created', 'system:cli', '', '', '{}'::jsonb, convert_to(%s, 'UTF8'))
             RETURNING id
-            """
+            """,
+            [
+                '{"action":"auth.api_token.created","actor":"system:cli","created_at":"","payload":{},'
+                '"target_id":"","target_type":""}'
+            ],
         )
         row = cursor.fetchone()
     assert row is not None
@@ -288,12 +290,13 @@ def test_verify_names_the_link_whose_hash_was_altered(chain: list[int]) -> None:
 # --- the pending tail ----------------------------------------------------------------
 
 
-def test_verify_reports_pending_events_as_awaiting_chaining_and_exits_normally(chain: list[int]) -> None:
-    with time_machine.travel(T0, tick=False) as clock:
-        _record_events(3)
-        clock.shift(timedelta(seconds=5))
+def test_verify_reports_pending_events_as_awaiting_chaining_and_exits_normally(
+    chain: list[int], db_clock: DatabaseClock
+) -> None:
+    _record_events(3)
+    db_clock.shift(timedelta(seconds=5))
 
-        run = verify()
+    run = verify()
 
     assert run.code == 0
     assert (
@@ -351,12 +354,11 @@ def test_verify_names_an_unchained_event_whose_column_was_changed(chain: list[in
     assert run.stdout.strip() == "checked 5 links before the break"
 
 
-def test_verify_exits_2_when_chain_lags(chain: list[int]) -> None:
-    with time_machine.travel(T0, tick=False) as clock:
-        _record_events(2)
-        clock.shift(timedelta(seconds=61))
+def test_verify_exits_2_when_chain_lags(chain: list[int], db_clock: DatabaseClock) -> None:
+    _record_events(2)
+    db_clock.shift(timedelta(seconds=61))
 
-        run = verify()
+    run = verify()
 
     assert run.code == 2
     assert (
@@ -367,35 +369,32 @@ def test_verify_exits_2_when_chain_lags(chain: list[int]) -> None:
     assert "AUDIT_CHAIN_MAX_LAG_S is 60 s" in run.stderr
 
 
-def test_verify_exits_0_while_the_tail_is_younger_than_the_threshold(chain: list[int]) -> None:
-    with time_machine.travel(T0, tick=False) as clock:
-        _record_events(2)
-        clock.shift(timedelta(seconds=59))
+def test_verify_exits_0_while_the_tail_is_younger_than_the_threshold(chain: list[int], db_clock: DatabaseClock) -> None:
+    _record_events(2)
+    db_clock.shift(timedelta(seconds=59))
 
-        run = verify()
+    run = verify()
 
     assert run.code == 0
     assert run.stderr == ""
 
 
-def test_verify_lag_threshold_follows_the_setting(chain: list[int], settings: Any) -> None:
+def test_verify_lag_threshold_follows_the_setting(chain: list[int], settings: Any, db_clock: DatabaseClock) -> None:
     settings.AUDIT_CHAIN_MAX_LAG_S = 5.0
-    with time_machine.travel(T0, tick=False) as clock:
-        _record_events(1)
-        clock.shift(timedelta(seconds=6))
+    _record_events(1)
+    db_clock.shift(timedelta(seconds=6))
 
-        run = verify()
+    run = verify()
 
     assert run.code == 2
     assert "AUDIT_CHAIN_MAX_LAG_S is 5 s" in run.stderr
 
 
-def test_verify_with_chain_first_is_current_however_old_the_tail_was(chain: list[int]) -> None:
-    with time_machine.travel(T0, tick=False) as clock:
-        _record_events(2)
-        clock.shift(timedelta(minutes=10))
+def test_verify_with_chain_first_is_current_however_old_the_tail_was(chain: list[int], db_clock: DatabaseClock) -> None:
+    _record_events(2)
+    db_clock.shift(timedelta(minutes=10))
 
-        run = verify("--chain-first")
+    run = verify("--chain-first")
 
     assert run.code == 0
     assert run.stdout.splitlines()[0] == "audit chain intact: 7 links verified"

@@ -2,32 +2,30 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
-import time_machine
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 from audit.chain import chain_all
 from config.env import env_float
+from tests.conftest import DatabaseClock
 
 pytestmark = pytest.mark.django_db
 
-T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 BANNER = "the audit chainer is not running or is behind"
 OPERATOR_PAGE = "/dashboard/admin/reasoning/pathway-library"
 PATIENT_PAGE = "/dashboard/profile"
 
 
 @pytest.fixture
-def clock() -> Any:
-    with time_machine.travel(T0, tick=False) as traveller:
-        yield traveller
+def clock(db_clock: DatabaseClock) -> DatabaseClock:
+    return db_clock
 
 
-# The shared personas, made under the frozen clock: creating each writes an audit event at T0,
+# The shared personas, made under the frozen clock: creating each writes an audit event,
 # left unchained.
 @pytest.fixture
 def operator_client(clock: Any, operator_client: Client) -> Client:

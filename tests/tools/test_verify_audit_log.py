@@ -119,19 +119,25 @@ def write_export(
     *,
     previous: Sequence[Signer] = (),
     signed_size: int | None = None,
+    version: int = 2,
 ) -> Path:
     """An export of ``events`` with checkpoints at ``sizes`` and the latest at ``signed_size``
-    (default: all events), each signed by ``signer``."""
+    (default: all events), each signed by ``signer``; ``version`` 2 writes raw event bytes, 1 base64."""
     out.mkdir(parents=True, exist_ok=True)
     latest_size = len(events) if signed_size is None else signed_size
     all_sizes = sorted({*sizes, latest_size})
     notes = [checkpoint(events, size, signer) for size in all_sizes]
-    manifest = {"format": "rft-audit-export/1", "origin": ORIGIN, "tree_size": latest_size, "exported_at": "now"}
+    manifest = {
+        "format": f"rft-audit-export/{version}",
+        "origin": ORIGIN,
+        "tree_size": latest_size,
+        "exported_at": "now",
+    }
     (out / "manifest.json").write_text(json.dumps(manifest) + "\n")
     (out / "public-keys.txt").write_text("".join(f"{key.verifier_key}\n" for key in (signer, *previous)))
     (out / "checkpoint.txt").write_text(notes[-1])
     write_checkpoints(out, [(size, note) for size, note in zip(all_sizes, notes, strict=True)])
-    write_events(out, events)
+    write_events(out, events, version)
     return out
 
 
@@ -140,8 +146,10 @@ def write_checkpoints(out: Path, rows: Sequence[tuple[int, str]]) -> None:
     (out / "checkpoints.jsonl").write_text("".join(line + "\n" for line in lines))
 
 
-def write_events(out: Path, events: Sequence[tuple[int, bytes]]) -> None:
-    (out / "events.txt").write_bytes(b"".join(b"%d %s\n" % (i, base64.b64encode(c)) for i, c in events))
+def write_events(out: Path, events: Sequence[tuple[int, bytes]], version: int = 2) -> None:
+    """``<id> <canonical bytes>`` lines (format /2), or ``<id> <base64 canonical bytes>`` (/1)."""
+    encode: Callable[[bytes], bytes] = base64.b64encode if version == 1 else bytes
+    (out / "events.txt").write_bytes(b"".join(b"%d %s\n" % (i, encode(c)) for i, c in events))
 
 
 def root_b64(events: Sequence[tuple[int, bytes]]) -> str:
@@ -286,8 +294,85 @@ def test_a_forged_event_appended_after_the_checkpoint(
     )
 
 
-def test_a_malformed_line_and_a_missing_event(tmp_path: Path, signer: Signer, nine: list[tuple[int, bytes]]) -> None:
+def test_canonical_bytes_with_spaces_verify(tmp_path: Path, signer: Signer) -> None:
+    events = [
+        (100 + p, b'{"action":"test event","n":%d,"note":"  two  spaces , and more ","pad":"%s"}' % (p, b" " * p))
+        for p in range(1, 1001)
+    ]
+    events[5] = (events[5][0], b" leading and trailing spaces ")
+    out = write_export(tmp_path / "export", events, signer, range(0, 1000, 97))
+    expected = f"audit log verified: 1000 events, root {root_b64(events)}, signed by {signer.label}"
+    for workers in ("1", "2"):
+        assert verified(run("--key", signer.verifier_key, "--dir", out, "--workers", workers)) == expected
+
+
+MALFORMED: dict[str, tuple[Callable[[int, bytes], bytes], str]] = {
+    "no space": (lambda i, c: b"%d" % i, "is not '<event id> <canonical bytes>'"),
+    "id not digits": (lambda i, c: b"%dx %s" % (i, c), "is not '<event id> <canonical bytes>'"),
+    "signed id": (lambda i, c: b"+%d %s" % (i, c), "is not '<event id> <canonical bytes>'"),
+    "empty id": (lambda i, c: b" " + c, "is not '<event id> <canonical bytes>'"),
+    "empty line": (lambda i, c: b"", "is not '<event id> <canonical bytes>'"),
+    "missing event": (lambda i, c: b"%d " % i, "(event {id}) has no event bytes: the event is missing"),
+}
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("case", MALFORMED)
+def test_a_malformed_line_is_named(tmp_path: Path, signer: Signer, case: str, workers: str) -> None:
+    events = make_events(1000)
+    out = write_export(tmp_path / "export", events, signer, [300, 600])
+    change, reason = MALFORMED[case]
+    lines = (out / "events.txt").read_bytes().split(b"\n")
+    for number in (1, 700, 1000):  # the first line, one in a later chunk, the last
+        event_id, canonical = events[number - 1]
+        altered = [*lines[: number - 1], change(event_id, canonical), *lines[number:]]
+        (out / "events.txt").write_bytes(b"\n".join(altered))
+        assert failed(run("--key", signer.verifier_key, "--dir", out, "--workers", workers)) == (
+            f"events.txt line {number} {reason.format(id=event_id)}"
+        ), number
+
+
+def test_the_last_line_may_lack_its_line_feed(tmp_path: Path, signer: Signer, nine: list[tuple[int, bytes]]) -> None:
     out = write_export(tmp_path / "export", nine, signer, [3, 6])
+    (out / "events.txt").write_bytes((out / "events.txt").read_bytes().removesuffix(b"\n"))
+    assert verified(run("--key", signer.verifier_key, "--dir", out)).startswith("audit log verified: 9 events")
+    (out / "events.txt").write_bytes((out / "events.txt").read_bytes().rpartition(b"\n")[0] + b"\n109 ")
+    assert failed(run("--key", signer.verifier_key, "--dir", out)) == (
+        "events.txt line 9 (event 109) has no event bytes: the event is missing"
+    )
+
+
+def test_an_unknown_export_format(tmp_path: Path, signer: Signer, nine: list[tuple[int, bytes]]) -> None:
+    out = write_export(tmp_path / "export", nine, signer, [3])
+    manifest = json.loads((out / "manifest.json").read_text())
+    for name in ("rft-audit-export/3", ["rft-audit-export/2"]):
+        (out / "manifest.json").write_text(json.dumps({**manifest, "format": name}))
+        result = run("--key", signer.verifier_key, "--dir", out)
+        assert result.returncode == 2
+        assert "is not an rft-audit-export/1 or rft-audit-export/2 manifest" in result.stderr
+
+
+# --- Format /1 (base64 event lines) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_format_1_export_verifies_and_fails_once_altered(tmp_path: Path, signer: Signer, workers: str) -> None:
+    events = make_events(1000)
+    out = write_export(tmp_path / "export", events, signer, range(0, 1000, 37), version=1)
+    assert b"{" not in (out / "events.txt").read_bytes()  # base64 indeed
+    line = verified(run("--key", signer.verifier_key, "--dir", out, "--workers", workers))
+    assert line == f"audit log verified: 1000 events, root {root_b64(events)}, signed by {signer.label}"
+    canonical = events[900][1].replace(b"test", b"tost")
+    write_events(out, [*events[:900], (events[900][0], canonical), *events[901:]], version=1)
+    assert failed(run("--key", signer.verifier_key, "--dir", out, "--workers", workers)) == (
+        "root at size 925 does not match checkpoint 26"
+    )
+
+
+def test_format_1_a_malformed_line_and_a_missing_event(
+    tmp_path: Path, signer: Signer, nine: list[tuple[int, bytes]]
+) -> None:
+    out = write_export(tmp_path / "export", nine, signer, [3, 6], version=1)
     good = (out / "events.txt").read_bytes().split(b"\n")
     (out / "events.txt").write_bytes(b"\n".join([*good[:3], good[3].replace(b" ", b"  "), *good[4:]]))
     assert failed(run("--key", signer.verifier_key, "--dir", out)) == (
@@ -301,6 +386,9 @@ def test_a_malformed_line_and_a_missing_event(tmp_path: Path, signer: Signer, ni
     assert failed(run("--key", signer.verifier_key, "--dir", out)) == (
         "events.txt line 5 is not '<event id> <base64 canonical bytes>': the bytes are not base64"
     )
+    # Raw bytes in a format /1 export are not base64.
+    write_events(out, nine, version=2)
+    assert failed(run("--key", signer.verifier_key, "--dir", out)).startswith("events.txt line 1 is not ")
 
 
 # --- Rewrites re-signed by an attacker -------------------------------------------------------------
