@@ -93,6 +93,14 @@ class Action(StrEnum):
     API_TOKEN_CREATED = "auth.api_token.created"
     API_TOKEN_REVOKED = "auth.api_token.revoked"
     OPERATOR_CREATED = "auth.operator.created"
+    # Logins (core/auth_events.py): the user's id when the username exists, else a short SHA-256
+    # prefix of it; the form, the client address; never the password or a typed username.
+    LOGIN_SUCCEEDED = "auth.login.succeeded"
+    LOGIN_FAILED = "auth.login.failed"
+    # A lockout began (refused: false) or a login was refused during one (refused: true)
+    LOGIN_LOCKED = "auth.login.locked"
+    # The reason: "user" (logged out) or "idle_timeout" (an operator session left idle)
+    LOGOUT = "auth.logout"
 
     # The audit chain itself: a queue row the chainer could not link (payload: reason only;
     # the target is the event sequence number the row named).

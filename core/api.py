@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import sys
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
@@ -17,6 +18,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding  # type: ignore[attr-defined]  # DRF >= 3.18
 from rest_framework.response import Response
 
+from core import outage
 from core.errors import ServiceError
 
 
@@ -56,12 +58,21 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's handler, plus service errors and oversized or suspicious bodies as JSON 4xx."""
+    """DRF's handler, plus service errors and oversized or suspicious bodies as JSON 4xx, and
+    an unreachable database as a 503 with Retry-After (``core.outage``)."""
     # Imported here: rest_framework.views reads DEFAULT_PARSER_CLASSES (this module) as it loads.
     from rest_framework.views import exception_handler as drf_exception_handler
 
     if isinstance(exc, ServiceError):
         return Response(exc.as_body(), status=exc.status_code)
+    if outage.is_database_unavailable(exc):
+        outage.note_unavailable(exc)
+        response = Response(
+            {"detail": outage.DETAIL},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers=outage.retry_after_headers(),
+        )
+        return outage.mark_logged(response)
     if isinstance(exc, RequestDataTooBig):
         return Response(
             {"detail": "Request body is too large."},
@@ -85,6 +96,10 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
+    # handler500 runs inside Django's ``except``: the exception is the one being handled.
+    unavailable = outage.unavailable_response(request, sys.exc_info()[1])
+    if unavailable is not None:
+        return unavailable
     if _wants_json(request):
         return JsonResponse({"detail": "Internal server error."}, status=500)
     from django.views.defaults import server_error as default_server_error

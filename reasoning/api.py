@@ -20,7 +20,7 @@ from core.api_views import ERRORS, ApiView, limit_parameter, parse_flag, parse_l
 from core.serializers import validated
 from reasoning import services
 from reasoning.access import CanReadNarrative, NarrativeReadThrottle, patient_of
-from reasoning.auth import BearerTokenAuthentication, CanWrite, IsAdmin, TokenPrincipal
+from reasoning.auth import BearerTokenAuthentication, CanWrite, IsAdmin, TokenPrincipal, changes_only_own_flows
 from reasoning.flow_search import PERIODS, SORTS, FlowSearch
 from reasoning.models import ApiToken, ReasoningFlow
 from reasoning.narrative import read_narrative
@@ -77,7 +77,9 @@ class FlowCollectionView(ApiView):
     )
     def post(self, request: Request) -> Response:
         fields = validated(FlowCreateSerializer, request.data)
-        flow, created = services.start_flow(fields, actor=actor_for(request))
+        flow, created = services.start_flow(
+            fields, actor=actor_for(request), opener_only=changes_only_own_flows(request)
+        )
         return Response(flow_representation(flow), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
@@ -184,6 +186,7 @@ class FlowDetailView(ApiView):
             outcome_summary=data.get("outcome_summary", ""),
             abort_reason=data.get("abort_reason", ""),
             outcome_metrics=data.get("outcome_metrics") or {},
+            opener_only=changes_only_own_flows(request),
         )
         return Response(flow_representation(flow))
 
@@ -228,7 +231,9 @@ class StepCollectionView(ApiView):
     def post(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
         fields = validated(StepCreateSerializer, request.data)
-        step, created = services.add_step(pk, fields, actor=actor_for(request))
+        step, created = services.add_step(
+            pk, fields, actor=actor_for(request), opener_only=changes_only_own_flows(request)
+        )
         return Response(step_representation(step), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
@@ -307,7 +312,9 @@ class StepBatchView(ApiView):
             body = validated(StepBatchSerializer, request.data)
         except ValidationError as exc:
             raise ValidationError(name_the_steps(exc.detail)) from None  # type: ignore[arg-type]
-        steps, created = services.add_steps(pk, body["steps"], actor=actor_for(request))
+        steps, created = services.add_steps(
+            pk, body["steps"], actor=actor_for(request), opener_only=changes_only_own_flows(request)
+        )
         return Response(
             {"steps": [step_representation(step) for step in steps]},
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,

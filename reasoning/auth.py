@@ -164,3 +164,10 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer", "description": "An API token from `create_api_token`."}
+
+
+def changes_only_own_flows(request: Request) -> bool:
+    """A writer may change only the flows it opened, unless its token holds the admin scope
+    (docs/ingest.md, "Who may change a flow")."""
+    user = request.user
+    return not (isinstance(user, TokenPrincipal) and user.has_scope(ApiToken.Scope.ADMIN))

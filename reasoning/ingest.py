@@ -111,20 +111,24 @@ class Result:
             raise self.error
 
 
-def write(items: Sequence[Item], *, actor: str) -> list[Result]:
-    """Write the items; one ``Result`` per item, in order. See the module docstring."""
+def write(items: Sequence[Item], *, actor: str, opener_only: bool = False) -> list[Result]:
+    """Write the items; one ``Result`` per item, in order. See the module docstring.
+
+    ``opener_only``: the caller may change only the flows it opened (``opened_by`` is
+    ``actor``); another caller's flow is answered as if it did not exist (the API's writers,
+    unless they hold the admin scope; internal jobs change any flow)."""
     try:
-        results, plans = _write(items, actor)
+        results, plans = _write(items, actor, opener_only)
     except IntegrityError:
         # A concurrent request stored one of these ids between our read and our write.
         # Each item again on its own: now its replay (or its conflict) is visible.
         if len(items) == 1:
-            results, plans = _write(items, actor)
+            results, plans = _write(items, actor, opener_only)
         else:
             results, plans = [], []
             for item in items:
                 try:
-                    one, wrote = _write([item], actor)
+                    one, wrote = _write([item], actor, opener_only)
                 except IntegrityError:
                     one, wrote = [Result("rejected", error=_RACED)], []
                 results.extend(one)
@@ -154,12 +158,12 @@ class _Rejected(Exception):
 
 
 @transaction.atomic(durable=True)
-def _write(items: Sequence[Item], actor: str) -> tuple[list[Result], list[Plan]]:
-    return write_in_transaction(items, actor=actor)
+def _write(items: Sequence[Item], actor: str, opener_only: bool) -> tuple[list[Result], list[Plan]]:
+    return write_in_transaction(items, actor=actor, opener_only=opener_only)
 
 
 def write_in_transaction(
-    items: Sequence[Item], *, actor: str, absent: Collection[uuid.UUID] = ()
+    items: Sequence[Item], *, actor: str, absent: Collection[uuid.UUID] = (), opener_only: bool = False
 ) -> tuple[list[Result], list[Plan]]:
     """``write`` inside the caller's transaction (the OTLP path parks and releases spans in
     the same one). Returns the results and what was written, for ``count`` after commit.
@@ -192,7 +196,7 @@ def write_in_transaction(
                 continue
             seen.add(item.flow_id)
         try:
-            plan = _plan(item, steps, stored_flows, stored_steps, known_patients, now)
+            plan = _plan(item, steps, stored_flows, stored_steps, known_patients, now, actor, opener_only)
         except _Rejected as rejected:
             results.append(Result("rejected", error=rejected.error))
             continue
@@ -313,22 +317,29 @@ def _plan(
     stored_steps: Mapping[uuid.UUID, ReasoningStep],
     known_patients: set[uuid.UUID],
     now: datetime,
+    actor: str,
+    opener_only: bool,
 ) -> Plan:
     flow = stored_flows.get(item.flow_id) if item.flow_id is not None else None
+    # Another caller's flow: as if it did not exist, and its id unusable.
+    foreign = flow is not None and opener_only and flow.opened_by != actor
     new_flow = False
     if item.create is not None:
         fingerprint = item.fingerprint or request_fingerprint(
             {**item.create, **({"id": item.flow_id} if item.flow_id else {})}
         )
         if flow is not None:
+            if foreign:
+                raise _Rejected(Conflict(f"id {flow.pk} is already in use", field=f"{item.where}id"))
             if flow.request_hash != fingerprint:
                 raise _Rejected(Conflict(f"id {flow.pk} already exists with a different body", field=f"{item.where}id"))
         else:
-            flow = _new_flow(item, fingerprint, known_patients, now)
+            flow = _new_flow(item, fingerprint, known_patients, now, actor)
             new_flow = True
-    elif flow is None:
+    elif flow is None or foreign:
         missing = NotFound(f"flow {item.flow_id} does not exist", field=f"{item.where}id" if item.where else None)
         raise _Rejected(missing)
+    assert flow is not None
 
     replayed_steps = _replayed_steps(item, flow, prepared, stored_steps)
     new_steps = [] if replayed_steps else [step for step, _ in prepared]
@@ -362,7 +373,7 @@ def _plan(
     return plan
 
 
-def _new_flow(item: Item, fingerprint: str, known_patients: set[uuid.UUID], now: datetime) -> ReasoningFlow:
+def _new_flow(item: Item, fingerprint: str, known_patients: set[uuid.UUID], now: datetime, actor: str) -> ReasoningFlow:
     assert item.create is not None
     fields = dict(item.create)
     fields.pop("id", None)
@@ -373,6 +384,7 @@ def _new_flow(item: Item, fingerprint: str, known_patients: set[uuid.UUID], now:
         fields["trace_id"] = uuid.uuid4().hex
     flow = ReasoningFlow(
         patient_id=patient_id,
+        opened_by=actor,
         request_hash=fingerprint,
         root_span_id=item.root_span_id,
         created_at=item.created_at or now,
@@ -413,7 +425,8 @@ def _replayed_steps(
                 Conflict("some steps of this request already exist; retry the same request unchanged", field=where)
             )
         if existing.flow_id != flow.pk:
-            raise _Rejected(Conflict(f"id {step.id} already names a step of another flow", field=where))
+            # Maybe another caller's flow: the answer says nothing about it.
+            raise _Rejected(Conflict(f"id {step.id} is already in use", field=where))
         if existing.request_hash != step.request_hash:
             raise _Rejected(Conflict(f"id {existing.pk} already exists with a different body", field=where))
         replayed.append(existing)

@@ -24,7 +24,7 @@ from core.api_views import ERRORS, ApiView, flat_errors
 from core.errors import ServiceError
 from core.serializers import validated
 from reasoning import ingest, otlp, traces
-from reasoning.auth import CanWrite
+from reasoning.auth import CanWrite, changes_only_own_flows
 from reasoning.serializers import (
     MAX_INGEST_FLOWS,
     MAX_INGEST_STEPS,
@@ -182,7 +182,8 @@ class IngestView(ApiView):
                 )
             )
             positions.append(index)
-        for index, item, result in zip(positions, items, ingest.write(items, actor=actor_for(request)), strict=True):
+        written = ingest.write(items, actor=actor_for(request), opener_only=changes_only_own_flows(request))
+        for index, item, result in zip(positions, items, written, strict=True):
             if result.error is not None:
                 answers[index] = _rejected(index, item.flow_id, _error_body(result.error, f"flows[{index}]"))
             else:
@@ -346,7 +347,7 @@ class OtlpTracesView(ApiView):
         except otlp.OtlpBodyError as exc:
             return _otlp_answer(Status(code=3, message=str(exc)), encoding, status.HTTP_400_BAD_REQUEST)
         spans, problems = otlp.map_request(decoded, message_content=settings.OTLP_MESSAGE_CONTENT)
-        outcome = traces.record_spans(spans, actor=actor_for(request))
+        outcome = traces.record_spans(spans, actor=actor_for(request), opener_only=changes_only_own_flows(request))
         rejected = [*problems, *outcome.rejected]
         answer = ExportTraceServiceResponse()
         if rejected:

@@ -50,6 +50,9 @@ class ReasoningFlow(models.Model):
     trace_id = models.CharField(max_length=100)
     session_id = models.CharField(max_length=100, blank=True, default="")
     agent = models.CharField(max_length=100, blank=True, default="")
+    # Who opened the flow (the actor: ``token:<name>``): only that caller, or an admin token,
+    # may add steps, close it or record its outcome (docs/ingest.md, "Who may change a flow").
+    opened_by = models.CharField(max_length=200, blank=True, default="", db_default="")
     patient = models.ForeignKey(
         "patients.Patient", null=True, blank=True, on_delete=models.PROTECT, related_name="flows", db_index=False
     )

@@ -88,9 +88,10 @@ class Result:
         return None
 
 
-def write(items: Sequence[Item], *, actor: str) -> list[Result]:
+def write(items: Sequence[Item], *, actor: str, opener_only: bool = False) -> list[Result]:
     """Record the items' outcomes (see the module docstring); one result per item, in order.
-    Must run inside the caller's transaction: the rows and their audit events commit together."""
+    Must run inside the caller's transaction: the rows and their audit events commit together.
+    ``opener_only``: another caller's flow is answered as not found (``ingest.write``)."""
     if not connection.in_atomic_block:
         raise RuntimeError("outcomes.write() must run inside a transaction")
     # Surrounding whitespace is not part of the outcome (the API's fields trim it too).
@@ -112,10 +113,13 @@ def write(items: Sequence[Item], *, actor: str) -> list[Result]:
     # Locked in id order, so that concurrent calls naming the same flows queue instead of deadlocking.
     stored = {
         pk: (state, recorded_at)
-        for pk, state, recorded_at in ReasoningFlow.objects.filter(pk__in=[items[i].flow_id for i in pending])
+        for pk, state, recorded_at, opened_by in ReasoningFlow.objects.filter(
+            pk__in=[items[i].flow_id for i in pending]
+        )
         .order_by("pk")
         .select_for_update()
-        .values_list("pk", "flow_state", "outcome_recorded_at")
+        .values_list("pk", "flow_state", "outcome_recorded_at", "opened_by")
+        if not opener_only or opened_by == actor
     }
     eligible: list[int] = []
     for index in pending:

@@ -20,7 +20,7 @@ from core.api_views import ERRORS, ApiView, flat_errors, limit_parameter, parse_
 from core.errors import NotFound
 from core.serializers import StrictBooleanField, StrictCharField, StrictSerializer, StrictUUIDField, validated
 from reasoning import outcomes, services
-from reasoning.auth import CanWrite, IsAdmin
+from reasoning.auth import CanWrite, IsAdmin, changes_only_own_flows
 from reasoning.models import ReasoningFlow
 from reasoning.serializers import FlowSerializer, flow_representation
 from reasoning.sessions import SessionPage, check_session_id, session_summaries
@@ -192,7 +192,9 @@ class FlowOutcomeView(ApiView):
     def post(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
         data = validated(OutcomeRecordSerializer, request.data)
-        flow = services.record_outcome(pk, data["outcome"], data["correct"], actor=actor_for(request))
+        flow = services.record_outcome(
+            pk, data["outcome"], data["correct"], actor=actor_for(request), opener_only=changes_only_own_flows(request)
+        )
         return Response(flow_representation(flow))
 
 
@@ -284,7 +286,11 @@ class OutcomeBatchView(ApiView):
                 continue
             items.append(outcomes.Item(fields["flow_id"], fields["outcome"], fields["correct"]))
             positions.append(index)
-        results = services.record_outcomes(items, actor=actor_for(request)) if items else []
+        results = (
+            services.record_outcomes(items, actor=actor_for(request), opener_only=changes_only_own_flows(request))
+            if items
+            else []
+        )
         for index, result in zip(positions, results, strict=True):
             error = result.error()
             errors = {} if error is None else {f"outcomes[{index}].{error.field or 'flow_id'}": [error.detail]}

@@ -118,7 +118,7 @@ def create_operator(*, username: str, password: str, actor: str) -> Any:
 # same validation, PII split, encryption, audit events, metrics and close.
 
 
-def start_flow(data: Mapping[str, Any], *, actor: str) -> tuple[ReasoningFlow, bool]:
+def start_flow(data: Mapping[str, Any], *, actor: str, opener_only: bool = False) -> tuple[ReasoningFlow, bool]:
     """Open a flow. Returns ``(flow, created)``.
 
     A client-chosen ``id`` makes retries safe: the same id with the same body returns the
@@ -126,20 +126,27 @@ def start_flow(data: Mapping[str, Any], *, actor: str) -> tuple[ReasoningFlow, b
     """
     fields = dict(data)
     flow_id = fields.pop("id", None)
-    (result,) = ingest.write([ingest.Item(flow_id=flow_id, create=fields)], actor=actor)
+    (result,) = ingest.write([ingest.Item(flow_id=flow_id, create=fields)], actor=actor, opener_only=opener_only)
     result.raise_error()
     assert result.flow is not None
     return result.flow, result.status == "created"
 
 
-def add_step(flow_id: uuid.UUID, data: Mapping[str, Any], *, actor: str) -> tuple[ReasoningStep, bool]:
+def add_step(
+    flow_id: uuid.UUID, data: Mapping[str, Any], *, actor: str, opener_only: bool = False
+) -> tuple[ReasoningStep, bool]:
     """Append one step to an active flow. Returns ``(step, created)``; see ``add_steps``."""
-    steps, created = add_steps(flow_id, [data], actor=actor, batch=False)
+    steps, created = add_steps(flow_id, [data], actor=actor, batch=False, opener_only=opener_only)
     return steps[0], created
 
 
 def add_steps(
-    flow_id: uuid.UUID, items: Sequence[Mapping[str, Any]], *, actor: str, batch: bool = True
+    flow_id: uuid.UUID,
+    items: Sequence[Mapping[str, Any]],
+    *,
+    actor: str,
+    batch: bool = True,
+    opener_only: bool = False,
 ) -> tuple[list[ReasoningStep], bool]:
     """Append steps to an active flow, in order, all or none. Returns ``(steps, created)``.
 
@@ -153,10 +160,10 @@ def add_steps(
     overlap with stored steps is a conflict.
 
     ``batch``: the request was the batch route, so errors name the step (``steps[2].…``),
-    even for a batch of one.
+    even for a batch of one. ``opener_only``: see ``ingest.write``.
     """
     item = ingest.Item(flow_id=flow_id, steps=items, step_where="steps[{}]." if batch else "")
-    (result,) = ingest.write([item], actor=actor)
+    (result,) = ingest.write([item], actor=actor, opener_only=opener_only)
     result.raise_error()
     return result.steps, result.status == "created"
 
@@ -170,6 +177,7 @@ def close_flow(
     outcome_summary: str = "",
     abort_reason: str = "",
     outcome_metrics: Mapping[str, Any] | None = None,
+    opener_only: bool = False,
 ) -> ReasoningFlow:
     """Complete or abort an active flow; 409 (Conflict) when it is already closed.
 
@@ -185,7 +193,8 @@ def close_flow(
         "abort_reason": abort_reason,
         "outcome_metrics": dict(outcome_metrics or {}),
     }
-    (result,) = ingest.write([ingest.Item(flow_id=flow_id, close=close, replay_close=False)], actor=actor)
+    item = ingest.Item(flow_id=flow_id, close=close, replay_close=False)
+    (result,) = ingest.write([item], actor=actor, opener_only=opener_only)
     result.raise_error()
     assert result.flow is not None
     return result.flow
@@ -463,7 +472,9 @@ def store_drift_reports(
 
 
 @transaction.atomic(durable=True)
-def record_outcome(flow_id: uuid.UUID, outcome: str, correct: bool | None, *, actor: str) -> ReasoningFlow:
+def record_outcome(
+    flow_id: uuid.UUID, outcome: str, correct: bool | None, *, actor: str, opener_only: bool = False
+) -> ReasoningFlow:
     """Record what happened after a closed flow's decision, once; return the flow.
 
     ``correct`` is ternary: true, false, or None (not known, or not judgeable). NotFound for
@@ -473,17 +484,17 @@ def record_outcome(flow_id: uuid.UUID, outcome: str, correct: bool | None, *, ac
     ``reasoning.flow.outcome_recorded`` (``correct`` and the flow's state) in the same
     transaction. See ``reasoning.outcomes``.
     """
-    (result,) = outcomes.write([outcomes.Item(flow_id, outcome, correct)], actor=actor)
+    (result,) = outcomes.write([outcomes.Item(flow_id, outcome, correct)], actor=actor, opener_only=opener_only)
     if (error := result.error()) is not None:
         raise error
     return ReasoningFlow.objects.get(pk=flow_id)
 
 
 @transaction.atomic(durable=True)
-def record_outcomes(items: Sequence[outcomes.Item], *, actor: str) -> list[outcomes.Result]:
+def record_outcomes(items: Sequence[outcomes.Item], *, actor: str, opener_only: bool = False) -> list[outcomes.Result]:
     """``record_outcome`` for many flows in one transaction, each item on its own: one result
     per item, in order, recorded or refused with a reason (``outcomes.REASONS``)."""
-    return outcomes.write(items, actor=actor)
+    return outcomes.write(items, actor=actor, opener_only=opener_only)
 
 
 # --- Sessions (audited read) ----------------------------------------------------------

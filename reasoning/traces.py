@@ -63,8 +63,9 @@ class Outcome:
     rejected: list[SpanProblem] = field(default_factory=list)
 
 
-def record_spans(spans: Sequence[MappedSpan], *, actor: str) -> Outcome:
-    """Place, validate and write the spans (see the module docstring)."""
+def record_spans(spans: Sequence[MappedSpan], *, actor: str, opener_only: bool = False) -> Outcome:
+    """Place, validate and write the spans (see the module docstring). ``opener_only``: spans
+    may join only flows this caller opened (``ingest.write``)."""
     outcome = Outcome()
     valid: list[MappedSpan] = []
     validated: dict[tuple[str, str], dict[str, Any]] = {}
@@ -101,10 +102,10 @@ def record_spans(spans: Sequence[MappedSpan], *, actor: str) -> Outcome:
     if not valid:
         return outcome
     try:
-        written = _record(valid, validated, actor)
+        written = _record(valid, validated, actor, opener_only)
     except IntegrityError:
         # A concurrent request delivered some of the same spans: now they are visible as replays.
-        written = _record(valid, validated, actor)
+        written = _record(valid, validated, actor, opener_only)
     _, plans, accepted, parked, rejected = written
     ingest.count(plans)
     outcome.accepted += accepted
@@ -146,7 +147,7 @@ class _Placed:
 
 @transaction.atomic(durable=True)
 def _record(
-    spans: Sequence[MappedSpan], validated: Mapping[tuple[str, str], dict[str, Any]], actor: str
+    spans: Sequence[MappedSpan], validated: Mapping[tuple[str, str], dict[str, Any]], actor: str, opener_only: bool
 ) -> tuple[list[ingest.Result], list[ingest.Plan], int, int, list[SpanProblem]]:
     traces = sorted({span.trace_id for span in spans})
     pending = {
@@ -168,7 +169,7 @@ def _record(
     # open and the steps its spans become (parents that are stored steps are looked up again,
     # with their flows, by the write path).
     absent = {span_uuid(*key) for key in incoming if key not in openers and key not in steps}
-    results, plans = ingest.write_in_transaction(items, actor=actor, absent=absent)
+    results, plans = ingest.write_in_transaction(items, actor=actor, absent=absent, opener_only=opener_only)
 
     accepted = 0
     rejected: list[SpanProblem] = []

@@ -29,6 +29,9 @@ from research_backlog.models import ClaimReview, ResearchRequest
 
 FLOWS = "/api/reasoning/flows"
 ACTOR = "system:test"
+# Flows made here are opened as the `agent` fixture's token (tests/conftest.py), which may then
+# add to them, close them and record their outcomes (only a flow's opener or an admin may).
+OPENER = "token:agent"
 # Every persona that logs in has this password (the login-form tests type it).
 PASSWORD = "correct horse battery"
 # Step summaries the patient-safety guard passes.
@@ -94,20 +97,20 @@ def make_flow(
     }
     if patient is not None:
         data["patient_id"] = patient.pk
-    flow, _ = services.start_flow(data, actor=ACTOR)
+    flow, _ = services.start_flow(data, actor=OPENER)
     items = [
         {"kind": "retrieval", "agent": "researcher", "summary_text": step} if isinstance(step, str) else step
         for step in steps
     ]
     if items:
-        services.add_steps(flow.pk, items, actor=ACTOR)
+        services.add_steps(flow.pk, items, actor=OPENER)
     if close and abort_reason is not None:
-        services.close_flow(flow.pk, state="aborted", actor=ACTOR, abort_reason=abort_reason)
+        services.close_flow(flow.pk, state="aborted", actor=OPENER, abort_reason=abort_reason)
     elif close:
         services.close_flow(
             flow.pk,
             state="completed",
-            actor=ACTOR,
+            actor=OPENER,
             outcome_type="recommendation_delivered",
             outcome_summary="Suggested a follow-up visit",
         )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import sys
 import time
 import urllib.error
@@ -33,6 +32,7 @@ from audit.notes import (
     parse_checkpoint,
     parse_note,
 )
+from config.env import env_str
 
 EXIT_FORK = 1
 EXIT_UNREACHABLE = 2
@@ -79,7 +79,7 @@ class Command(BaseCommand):
             verifier = Verifier.parse(key_text)
         except NoteError as exc:
             self._fail(EXIT_UNREACHABLE, f"--key: {exc}")
-        token = options["token"] or os.environ.get("AUDIT_TOKEN", "")
+        token = options["token"] or env_str("AUDIT_TOKEN") or ""  # or AUDIT_TOKEN_FILE
         note = self._get(f"{base}/audit/v1/checkpoint", token="").decode()
         try:
             signed = parse_note(note)

@@ -7,11 +7,11 @@ flag, an unreadable or invalid case or corpus, a server that refuses the token).
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from config.env import env_str
 from reasoning import services
 from reasoning.evaluation import EXIT_FAILED, EXIT_USAGE, InputError
 from reasoning.evaluation.invokers import DEFAULT_TIMEOUT, FlowReader, HttpInvoker, ReferenceInvoker, StubInvoker
@@ -92,8 +92,8 @@ class Command(BaseCommand):
             raise usage("--url: only the http invoker POSTs to an agent service")
         if name == "stub":
             return StubInvoker(corpus)
-        server = options["server"] or os.environ.get(URL_VARIABLE, "")
-        token = options["token"] or os.environ.get(TOKEN_VARIABLE, "")
+        server = options["server"] or env_str(URL_VARIABLE) or ""
+        token = options["token"] or env_str(TOKEN_VARIABLE) or ""  # or <NAME>_FILE
         if not server:
             raise usage(f"--server: the {name} invoker reads the flows back from the server (or set {URL_VARIABLE})")
         if not server.startswith(("http://", "https://")):
