@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -51,13 +52,13 @@ class TokenCache:
     def get(self, token_hash: str) -> ApiToken | None:
         ttl = settings.API_TOKEN_CACHE_SECONDS
         if ttl <= 0:
-            return ApiToken.objects.filter(token_hash=token_hash).first()
+            return _lookup(token_hash)
         now = self.clock()
         with self._lock:
             entry = self._entries.get(token_hash)
         if entry is not None and now - entry[1] < ttl:
             return entry[0]
-        token = ApiToken.objects.filter(token_hash=token_hash).first()
+        token = _lookup(token_hash)
         with self._lock:
             if token is None:
                 self._entries.pop(token_hash, None)
@@ -73,6 +74,33 @@ class TokenCache:
 
 
 token_cache = TokenCache()
+
+# last_used_at is written at most this often per token (and process).
+LAST_USED_EVERY = timedelta(minutes=1)
+
+
+def _lookup(token_hash: str) -> ApiToken | None:
+    """The token with this secret, current or (after a rotation) previous, in one statement that
+    also writes ``last_used_at`` when it is older than ``LAST_USED_EVERY`` (bookkeeping nobody
+    audits, like a session's last activity). Cache hits write nothing, so the time is right to
+    within a minute or ``API_TOKEN_CACHE_SECONDS``, whichever is longer."""
+    now = timezone.now()
+    found = list(
+        ApiToken.objects.raw(
+            """
+            WITH found AS (
+                SELECT * FROM reasoning_api_token WHERE token_hash = %s OR previous_token_hash = %s LIMIT 1
+            ), used AS (
+                UPDATE reasoning_api_token t SET last_used_at = %s FROM found
+                WHERE t.id = found.id AND (found.last_used_at IS NULL OR found.last_used_at < %s)
+                RETURNING t.id
+            )
+            SELECT * FROM found
+            """,
+            [token_hash, token_hash, now, now - LAST_USED_EVERY],
+        )
+    )
+    return found[0] if found else None
 
 
 @dataclass(frozen=True)
@@ -105,13 +133,21 @@ class BearerTokenAuthentication(BaseAuthentication):
         raw = raw.strip()
         if not raw or " " in raw:
             raise exceptions.AuthenticationFailed("Malformed Authorization header: expected 'Bearer <token>'.")
-        token = token_cache.get(hash_token(raw))
+        presented = hash_token(raw)
+        token = token_cache.get(presented)
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid token.")
+        now = timezone.now()
         if token.revoked_at is not None:
             raise exceptions.AuthenticationFailed("Token has been revoked.")
-        if token.expires_at is not None and token.expires_at <= timezone.now():
+        if token.expires_at is not None and token.expires_at <= now:
             raise exceptions.AuthenticationFailed("Token has expired.")
+        if token.token_hash != presented and (
+            token.previous_token_hash != presented
+            or token.previous_valid_until is None
+            or token.previous_valid_until <= now
+        ):
+            raise exceptions.AuthenticationFailed("Token has been rotated: use its new secret.")
         return TokenPrincipal(token), token
 
     def authenticate_header(self, request: Request) -> str:

@@ -235,9 +235,23 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Rotation (rotate_api_token): the replaced secret's hash still authenticates until
+    # ``previous_valid_until``, so agents can switch without a gap.
+    previous_token_hash = models.CharField(max_length=64, blank=True, default="", db_default="", editable=False)
+    previous_valid_until = models.DateTimeField(null=True, blank=True, editable=False)
+    rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # When a request last authenticated with it; written at most once a minute per token.
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "reasoning_api_token"
+        indexes = [
+            models.Index(
+                fields=["previous_token_hash"],
+                name="api_token_previous_hash",
+                condition=~models.Q(previous_token_hash=""),
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

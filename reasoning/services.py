@@ -7,7 +7,7 @@ import secrets
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -95,6 +95,41 @@ def revoke_api_token(*, name: str, actor: str) -> ApiToken:
     # within API_TOKEN_CACHE_SECONDS.
     token_cache.clear()
     return token
+
+
+# How long a rotated-out secret keeps working, unless the caller says otherwise.
+ROTATION_GRACE = timedelta(hours=24)
+
+
+@transaction.atomic
+def rotate_api_token(*, name: str, actor: str, grace: timedelta = ROTATION_GRACE) -> tuple[ApiToken, str]:
+    """Give a token a new secret; return it with the raw secret (shown once). The old secret
+    keeps working for ``grace`` (0: not at all), so agents can switch without a gap; a secret
+    rotated out earlier stops at once. Name, scopes and the flows it opened stay. Audited as
+    ``auth.api_token.rotated``."""
+    if grace < timedelta(0):
+        raise InvalidInput("must not be negative", field="grace")
+    token = ApiToken.objects.select_for_update().filter(name=name).first()
+    if token is None:
+        raise NotFound(f"no token named {name!r}")
+    if token.revoked_at is not None:
+        raise Conflict(f"token {name!r} is revoked; create a new one")
+    now = timezone.now()
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token.previous_token_hash = token.token_hash
+    token.previous_valid_until = now + grace
+    token.token_hash = hash_token(raw)
+    token.prefix = raw[:12]
+    token.rotated_at = now
+    token.save(update_fields=["previous_token_hash", "previous_valid_until", "token_hash", "prefix", "rotated_at"])
+    record(
+        Action.API_TOKEN_ROTATED,
+        actor=actor,
+        target=token,
+        payload={"grace_seconds": int(grace.total_seconds())},
+    )
+    token_cache.clear()  # this process at once; the others within API_TOKEN_CACHE_SECONDS
+    return token, raw
 
 
 @transaction.atomic
