@@ -81,11 +81,14 @@ def context(browser: Browser, live_server: LiveServer) -> Iterator[BrowserContex
 def page(context: BrowserContext, live_server: LiveServer, page_errors: list[str]) -> Page:
     opened = context.new_page()
     opened.on("pageerror", lambda error: page_errors.append(f"script error: {error}"))
+    # A request the page itself cancelled (net::ERR_ABORTED: a navigation away while an htmx
+    # fragment was still loading) is not a failure; a refused or blocked one is
+    # (ERR_CONNECTION_REFUSED, ERR_BLOCKED_BY_CSP, ...).
     opened.on(
         "requestfailed",
         lambda request: (
             page_errors.append(f"request failed: {request.url} ({request.failure})")
-            if request.url.startswith(live_server.url)
+            if request.url.startswith(live_server.url) and "ERR_ABORTED" not in str(request.failure)
             else None
         ),
     )
