@@ -100,12 +100,14 @@ class Server:
 
 class Gunicorn:
     """``gunicorn config.wsgi`` on a fixed free port against the test database; stop and start
-    it again (an outage) with ``stop()`` / ``start()``. ``env`` adds to the server's environment."""
+    it again (an outage) with ``stop()`` / ``start()``. ``env`` adds to the server's environment;
+    with ``log``, its stderr (the application's log) is appended to that file (``lines()``)."""
 
-    def __init__(self, env: dict[str, str] | None = None, workers: int = 1) -> None:
+    def __init__(self, env: dict[str, str] | None = None, workers: int = 1, log: Path | None = None) -> None:
         self.port = free_port()
         self.env = {**environment_for_test_database(), **(env or {})}
         self.workers = workers
+        self.log = log
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -123,11 +125,22 @@ class Gunicorn:
             "--timeout",
             "60",
         ]
-        self.process = subprocess.Popen(
-            command, cwd=settings.BASE_DIR, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        if self.log is None:
+            self.process = subprocess.Popen(
+                command, cwd=settings.BASE_DIR, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+        else:
+            with self.log.open("ab") as log:
+                self.process = subprocess.Popen(
+                    command, cwd=settings.BASE_DIR, env=self.env, stdout=subprocess.DEVNULL, stderr=log
+                )
         _wait_for(self.port, self.process)
         return Server("127.0.0.1", self.port)
+
+    def lines(self, text: str) -> list[str]:
+        """The lines of the log holding ``text``."""
+        assert self.log is not None, "started without a log"
+        return [line for line in self.log.read_text(errors="replace").splitlines() if text in line]
 
     def stop(self) -> None:
         process, self.process = self.process, None

@@ -14,8 +14,6 @@ the suite's own connection is not in the way. Or the server is pointed at a clos
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,7 +29,7 @@ from django.urls import reverse
 from psycopg import sql
 
 from core.outage import DETAIL, is_database_unavailable
-from tests.servers import Answer, Server, _wait_for, environment_for_test_database, free_port
+from tests.servers import Answer, Gunicorn, Server, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,47 +40,13 @@ OUTAGE_LINE = "database unavailable ("
 RECOVERY_LINE = "database available again after"
 
 
-class LoggingGunicorn:
-    """``gunicorn config.wsgi`` whose stderr (the application's log) goes to a file."""
-
-    def __init__(self, log: Path, env: dict[str, str], workers: int) -> None:
-        self.port = free_port()
-        self.log = log
-        self.env = {**environment_for_test_database(), "DB_UNAVAILABLE_RETRY_AFTER_S": RETRY_AFTER, **env}
-        self.workers = workers
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Server:
-        command = [str(Path(sys.executable).with_name("gunicorn")), "config.wsgi"]
-        command += ["--bind", f"127.0.0.1:{self.port}", "--workers", str(self.workers), "--timeout", "60"]
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                command, cwd=settings.BASE_DIR, env=self.env, stdout=subprocess.DEVNULL, stderr=log
-            )
-        _wait_for(self.port, self.process)
-        return Server("127.0.0.1", self.port)
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-    def lines(self, text: str) -> list[str]:
-        return [line for line in self.log.read_text(errors="replace").splitlines() if text in line]
-
-
 @pytest.fixture
-def start_server(tmp_path: Path) -> Iterator[Callable[..., tuple[LoggingGunicorn, Server]]]:
-    started: list[LoggingGunicorn] = []
+def start_server(tmp_path: Path) -> Iterator[Callable[..., tuple[Gunicorn, Server]]]:
+    started: list[Gunicorn] = []
 
-    def start(env: dict[str, str] | None = None, workers: int = 1) -> tuple[LoggingGunicorn, Server]:
-        gunicorn = LoggingGunicorn(tmp_path / f"gunicorn-{len(started)}.log", env or {}, workers)
+    def start(env: dict[str, str] | None = None, workers: int = 1) -> tuple[Gunicorn, Server]:
+        log = tmp_path / f"gunicorn-{len(started)}.log"
+        gunicorn = Gunicorn({"DB_UNAVAILABLE_RETRY_AFTER_S": RETRY_AFTER, **(env or {})}, workers, log)
         started.append(gunicorn)
         return gunicorn, gunicorn.start()
 
@@ -165,7 +129,8 @@ def _assert_unavailable_page(answer: Answer) -> None:
     assert b"<h1>Service unavailable</h1>" in answer.body
 
 
-def _assert_no_traceback(gunicorn: LoggingGunicorn) -> None:
+def _assert_no_traceback(gunicorn: Gunicorn) -> None:
+    assert gunicorn.log is not None
     log = gunicorn.log.read_text(errors="replace")
     assert "Traceback" not in log, log[-3000:]
     assert "Internal Server Error" not in log, log[-3000:]
@@ -177,7 +142,7 @@ def _new_flow() -> bytes:
 
 
 def test_an_outage_answers_503_and_is_logged_once_each_way(
-    start_server: Callable[..., tuple[LoggingGunicorn, Server]],
+    start_server: Callable[..., tuple[Gunicorn, Server]],
     test_database: DatabaseSwitch,
     api_headers: dict[str, str],
     page_headers: dict[str, str],
@@ -212,7 +177,7 @@ def test_an_outage_answers_503_and_is_logged_once_each_way(
 
 
 def test_a_dropped_connection_to_a_database_that_is_up_costs_one_503(
-    start_server: Callable[..., tuple[LoggingGunicorn, Server]],
+    start_server: Callable[..., tuple[Gunicorn, Server]],
     test_database: DatabaseSwitch,
     api_headers: dict[str, str],
 ) -> None:
@@ -236,7 +201,7 @@ def test_a_dropped_connection_to_a_database_that_is_up_costs_one_503(
 
 
 def test_a_database_on_a_closed_port_is_one_line_per_worker(
-    start_server: Callable[..., tuple[LoggingGunicorn, Server]],
+    start_server: Callable[..., tuple[Gunicorn, Server]],
 ) -> None:
     """Two workers pointed at a loopback port where nothing listens: each logs at most once."""
     closed = free_port()
