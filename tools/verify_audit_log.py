@@ -387,17 +387,18 @@ def _hash_raw_lines(buf: bytes, hashes: list[bytes]) -> tuple[int, str] | None:
     """Format /2: append the leaf hash of each line of ``buf`` (whole lines; the last may lack its
     line feed) to ``hashes``, or name the first malformed line and append nothing. The leaf data
     is the line with its first space replaced by a line feed."""
-    lines = buf.split(b"\n")
-    end = len(buf)
-    if buf[-1] == 0x0A:
-        lines.pop()
-        end -= 1
+    end = len(buf) - (buf[-1] == 0x0A)
     if not _A_LINE.match(buf, 0, end) or _NOT_A_LINE.search(buf, 0, end):
-        failure = _bad_raw_line(lines)
+        failure = _bad_raw_line(buf[:end].split(b"\n"))
         if failure is not None:
             return failure
+    # One replace over the piece puts the 0x00 in front of every line, so that each line is
+    # copied once more (its first space made a line feed), not twice.
+    leaves = (b"\x00" + buf.replace(b"\n", b"\n\x00")).split(b"\n")
+    if end < len(buf):
+        leaves.pop()
     sha256 = _sha256
-    hashes += [sha256(b"\x00" + line.replace(b" ", b"\n", 1)).digest() for line in lines]
+    hashes += [sha256(leaf.replace(b" ", b"\n", 1)).digest() for leaf in leaves]
     return None
 
 
