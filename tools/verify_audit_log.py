@@ -40,10 +40,7 @@ import os
 import re
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -343,27 +340,86 @@ def verify_consistency(old_size: int, new_size: int, old_root: bytes, new_root: 
 
 _worker_fd: int | None = None
 _worker_raw = True  # events.txt holds raw canonical bytes (format /2), not base64 (/1)
+_worker_chunk = CHUNK_BYTES
+_worker_size = 0  # of events.txt, when the check began
+_worker_sizes: tuple[int, ...] = ()  # the tree sizes of the checkpoints, ascending
+# _starts[k]: the leaf index of the first line of chunk k, once known (-1 before; ABORTED when a
+# chunk before it failed). Shared by the worker processes (inherited by fork), written once each.
+_starts: Any = None
+ABORTED = -2
 
 
-def _open_events(path: str, raw: bool) -> None:
-    global _worker_fd, _worker_raw  # one descriptor per worker process
+def _open_events(path: str, raw: bool, chunk: int, size: int, sizes: tuple[int, ...], starts: Any) -> None:
+    global _worker_fd, _worker_raw, _worker_chunk, _worker_size, _worker_sizes, _starts  # per process
     _worker_fd = os.open(path, os.O_RDONLY)
-    _worker_raw = raw
+    _worker_raw, _worker_chunk, _worker_size, _worker_sizes, _starts = raw, chunk, size, sizes, starts
 
 
-Task = tuple[int, int, int, int, tuple[int, ...]]  # (offset, length, first leaf index, lines, cuts)
 Chunk = tuple[int, list[tuple[int, list[tuple[int, bytes]]]]] | tuple[int, str]
 
 
-def _hash_chunk(task: Task) -> Chunk:
-    """Hash one chunk of whole lines of events.txt, in cache-sized pieces: ``(lines, segments)``,
-    or ``(-1 - line, reason)`` naming the first malformed line (0-based within the chunk)."""
-    offset, length, start, count, cuts = task
+def _hash_chunk(index: int) -> Chunk:
+    """Hash chunk ``index`` of events.txt: the lines that begin in its bytes. ``(lines, segments)``,
+    or ``(-1 - line, reason)`` naming the first malformed line (0-based within the chunk).
+
+    Nobody counts lines ahead: each worker hashes its chunk's leaves, learns from the chunk before
+    it (``_starts``) where its leaves sit in the tree, tells the chunk after it, and only then
+    builds the chunk's complete subtrees (their alignment depends on that index). Chunks are
+    taken in order, so the one before is always under way, its leaves hashed first."""
+    try:
+        begin, end = _line_start(index * _worker_chunk), _line_start((index + 1) * _worker_chunk)
+        hashes: list[bytes] = []
+        failure = _hash_range(begin, end, hashes)
+        start = _wait_for_start(index)
+        if failure is not None or start == ABORTED:
+            _starts[index + 1] = ABORTED
+            return failure or (-1, "not checked: a chunk before it failed")
+        _starts[index + 1] = start + len(hashes)
+    except BaseException:
+        _starts[index + 1] = ABORTED
+        raise
+    finish = start + len(hashes)
+    cuts = (*(size for size in _worker_sizes if start < size < finish), finish)
+    return len(hashes), _segments(hashes, start, cuts)
+
+
+def _wait_for_start(index: int) -> int:
+    starts = _starts
+    pause = 0.0
+    while (start := int(starts[index])) == -1:
+        time.sleep(pause)
+        pause = min(0.001, pause + 0.00005)
+    return start
+
+
+def _line_start(offset: int) -> int:
+    """Where the first line that begins at or after ``offset`` begins (the file's size if none)."""
+    if offset <= 0:
+        return 0
+    if offset >= _worker_size:
+        return _worker_size
+    fd = _worker_fd
+    assert fd is not None
+    position, window = offset - 1, 4096
+    while position < _worker_size:
+        buf = os.pread(fd, window, position)
+        if not buf:
+            break
+        found = buf.find(b"\n")
+        if found >= 0:
+            return position + found + 1
+        position += len(buf)
+        window *= 2
+    return _worker_size
+
+
+def _hash_range(begin: int, end: int, hashes: list[bytes]) -> tuple[int, str] | None:
+    """Append the leaf hash of each line in bytes ``[begin, end)`` to ``hashes``, in cache-sized
+    pieces; or name the first malformed line, ``(-1 - line, reason)``."""
     fd = _worker_fd
     assert fd is not None
     hash_lines = _hash_raw_lines if _worker_raw else _hash_lines
-    hashes: list[bytes] = []
-    position, end, piece = offset, offset + length, PIECE_BYTES
+    position, piece = begin, PIECE_BYTES
     while position < end:
         buf = os.pread(fd, min(piece, end - position), position)
         if not buf:
@@ -378,9 +434,7 @@ def _hash_chunk(task: Task) -> Chunk:
         if failure is not None:
             return -1 - len(hashes) - failure[0], failure[1]
         position += len(buf)
-    if len(hashes) != count:
-        return -1 - len(hashes), "could not be read: events.txt changed while it was verified"
-    return count, _segments(hashes, start, cuts)
+    return None
 
 
 def _hash_raw_lines(buf: bytes, hashes: list[bytes]) -> tuple[int, str] | None:
@@ -448,34 +502,6 @@ def _bad_line(buf: bytes) -> tuple[int, str]:
         except (binascii.Error, ValueError):
             return index, "is not '<event id> <base64 canonical bytes>': the bytes are not base64"
     return 0, "could not be read whole"
-
-
-def _tasks(path: str, sizes: Sequence[int], chunk: int) -> Iterator[Task]:
-    """Split events.txt at line feeds into tasks; each carries its first leaf index and the sizes
-    (of checkpoints) that fall inside it. Reads into one reused buffer: only line feeds are counted."""
-    wanted = sorted(set(sizes))
-    buffer = bytearray(chunk)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        offset, start = 0, 0
-        while True:
-            view = memoryview(buffer)
-            read = os.preadv(fd, [view], offset)
-            view.release()
-            if not read:
-                return
-            cut = buffer.rfind(b"\n", 0, read) + 1
-            if read == len(buffer) and not cut:  # a line longer than the buffer
-                buffer = bytearray(2 * len(buffer))
-                continue
-            if read < len(buffer) and cut < read:  # the last line lacks its line feed
-                cut = read
-            count = buffer.count(b"\n", 0, cut) + (buffer[cut - 1] != 0x0A)
-            end = start + count
-            yield offset, cut, start, count, (*(size for size in wanted if start < size < end), end)
-            offset, start = offset + cut, end
-    finally:
-        os.close(fd)
 
 
 # --- The checks ---------------------------------------------------------------------------------
@@ -613,18 +639,20 @@ def verify_dir(
 def _hash_events(
     path: str, file_size: int, raw: bool, plan: _Plan, frontier: Frontier, report: Callable[[int], None], workers: int
 ) -> int:
-    sizes = list(plan.by_size)
+    sizes = tuple(sorted(plan.by_size))
     chunk = CHUNK_BYTES if workers == 1 else max(4096, min(CHUNK_BYTES, file_size // (workers * 8) + 1))
-    tasks = _tasks(path, sizes, chunk)
-    count = 0
+    chunks = -(-file_size // chunk)
+    starts = multiprocessing.RawArray("q", chunks + 1)
+    starts[1:] = [-1] * chunks
+    setup = (path, raw, chunk, file_size, sizes, starts)
     try:
         if workers == 1:
-            _open_events(path, raw)
-            count = _fold(map(_hash_chunk, tasks), plan, frontier, report)
+            _open_events(*setup)
+            count = _fold(map(_hash_chunk, range(chunks)), plan, frontier, report)
         else:
             context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
-            with context.Pool(workers, initializer=_open_events, initargs=(path, raw)) as pool:
-                count = _fold(pool.imap(_hash_chunk, tasks), plan, frontier, report)
+            with context.Pool(workers, initializer=_open_events, initargs=setup) as pool:
+                count = _fold(pool.imap(_hash_chunk, range(chunks)), plan, frontier, report)
     except OSError as error:
         raise InputError(f"cannot read {path}: {error.strerror}") from None
     finally:
@@ -784,6 +812,9 @@ def _read_json(path: str) -> Any:
 def _get(url: str, headers: dict[str, str]) -> bytes:
     if not url.startswith(("http://", "https://")):
         raise InputError(f"not an http(s) URL: {url}")
+    import urllib.error  # only online: an offline check does not pay for importing the HTTP client
+    import urllib.request
+
     request = urllib.request.Request(url, headers={"User-Agent": "verify_audit_log", **headers})  # noqa: S310
     try:
         with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - http(s) only, checked above
