@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test lint fmt setup db browser wrk bench bench-matcher bench-flow-list bench-export bench-drift bench-audit clean
+.PHONY: run stop test lint fmt setup db browser fuzz faults wrk bench bench-matcher bench-flow-list bench-export bench-drift bench-audit load clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,17 @@ browser:
 test: lint db browser
 	CHROMIUM=$(CHROMIUM) $(BIN)/pytest -n auto
 
+# Fault injection, the long version of tests/test_faults.py (make test runs the short one): a
+# bigger load, each kill repeated three times, a 30 s refusal; one key=value line per figure.
+faults: db
+	RFT_FAULTS_LONG=1 RFT_TEST_DB_NAME=test_rft_faults $(BIN)/pytest tests/test_faults.py -p no:randomly -n 0 -s
+
+# The longer schemathesis campaign (tests/test_fuzz.py; `make test` runs 20 examples per operation):
+# 500 per operation plus the coverage phase (every documented boundary).
+FUZZ_EXAMPLES ?= 500
+fuzz: db
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_COVERAGE=1 FUZZ_RANDOM=1 $(BIN)/pytest tests/test_fuzz.py -p no:randomly -n 0
+
 # The write-path benchmark drives the API with Debian's wrk: install it when missing.
 wrk:
 	@if ! command -v wrk >/dev/null; then \
@@ -105,6 +116,17 @@ bench-audit: db
 
 bench-matcher: db $(BENCH_TOOLS)/bin/py-spy
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py
+
+# A mixed load for LOAD_SECONDS (default 600) on loopback (scripts/load.py, locust in the
+# throw-away BENCH_TOOLS virtualenv): agent writes, operator pages, patient narratives; fails on
+# any error, a write-route p99 over LOAD_WRITE_P99_MS (default 500), or a process whose memory grows.
+LOAD_SECONDS ?= 600
+$(BENCH_TOOLS)/bin/locust:
+	$(PYTHON) -m venv $(BENCH_TOOLS)
+	$(BENCH_TOOLS)/bin/pip install --quiet --disable-pip-version-check locust
+
+load: db $(BENCH_TOOLS)/bin/locust
+	LOAD_SECONDS=$(LOAD_SECONDS) LOCUST=$(BENCH_TOOLS)/bin/locust $(BIN)/python scripts/load.py
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .mypy_cache .ruff_cache

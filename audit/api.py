@@ -55,6 +55,11 @@ def _int(params: Any, name: str, *, minimum: int, required: bool = True) -> int 
     return value
 
 
+def _int_schema(minimum: int) -> dict[str, Any]:
+    """The OpenAPI schema of a parameter ``_int`` reads: a whole number of at most 18 digits."""
+    return {"type": "integer", "minimum": minimum, "maximum": 10**18 - 1}
+
+
 def _signed_size(current: int) -> int:
     latest = latest_checkpoint()
     return latest.tree_size if latest is not None else current
@@ -109,7 +114,7 @@ class CheckpointsView(_Public):
         "get": [
             OpenApiParameter(
                 "since",
-                OpenApiTypes.INT,
+                _int_schema(0),
                 description="Only checkpoints with a larger id (the last id of the previous page). Default 0.",
             ),
             limit_parameter(default=MAX_CHECKPOINTS, maximum=MAX_CHECKPOINTS),
@@ -171,9 +176,9 @@ class InclusionProofView(ApiView):
     permission_classes = [CanReadAudit]
     query_parameters = {
         "get": [
-            OpenApiParameter("position", OpenApiTypes.INT, description="The chain position (1-based)."),
-            OpenApiParameter("event", OpenApiTypes.INT, description="Or the event's sequence number."),
-            OpenApiParameter("tree_size", OpenApiTypes.INT, description="Default: the latest checkpoint's tree size."),
+            OpenApiParameter("position", _int_schema(1), description="The chain position (1-based)."),
+            OpenApiParameter("event", _int_schema(1), description="Or the event's sequence number."),
+            OpenApiParameter("tree_size", _int_schema(1), description="Default: the latest checkpoint's tree size."),
         ]
     }
 
@@ -249,10 +254,8 @@ class ConsistencyProofView(ApiView):
     permission_classes = [CanReadAudit]
     query_parameters = {
         "get": [
-            OpenApiParameter("from", OpenApiTypes.INT, description="The older tree size (required)."),
-            OpenApiParameter(
-                "to", OpenApiTypes.INT, description="The newer tree size; default the latest checkpoint's."
-            ),
+            OpenApiParameter("from", _int_schema(0), required=True, description="The older tree size."),
+            OpenApiParameter("to", _int_schema(0), description="The newer tree size; default the latest checkpoint's."),
         ]
     }
 
@@ -329,7 +332,7 @@ class EventsView(ApiView):
     permission_classes = [CanReadAudit]
     query_parameters = {
         "get": [
-            OpenApiParameter("start", OpenApiTypes.INT, description="The first chain position (default 1)."),
+            OpenApiParameter("start", _int_schema(1), description="The first chain position (default 1)."),
             limit_parameter(default=MAX_EVENTS, maximum=MAX_EVENTS),
         ]
     }

@@ -1,10 +1,173 @@
-"""ASGI entry point."""
+"""ASGI entry point: what gunicorn serves (``config.gunicorn``: uvicorn workers).
+
+``application`` is the Django *WSGI* application behind an asyncio front, so a slow client
+never holds the thread that runs Django:
+
+1. uvicorn reads the request line and headers on the event loop (``config.gunicorn``: a
+   header deadline and size cap);
+2. ``BufferedBody`` reads the whole body on the event loop, within ``WEB_BODY_TIMEOUT``
+   seconds (408 after) and never more than the route's limit plus one byte (the app then
+   answers its own 413, in the route's format);
+3. only then does a2wsgi run Django, in a thread of a small pool, with the body already in
+   memory: ``wsgi.input`` cannot block on the network. ``wsgi.input_terminated`` is set (the
+   body is complete), so ``core.middleware.ChunkedBodyMiddleware`` reads chunked bodies as it
+   does under any server that decodes them.
+
+The body is always read to the end or cut off before Django starts, so everything the
+middleware stack does with ``request.body`` (the 413s, chunked and gzip-encoded bulk bodies)
+is unchanged from a WSGI server.
+
+``django_asgi_application`` is Django's own ASGI handler, unused by ``make run``: it runs
+sync views in one thread per process too, and bypasses the WSGI-only body handling in
+``core.middleware``.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
-
-from django.core.asgi import get_asgi_application
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-application = get_asgi_application()
+
+from a2wsgi import WSGIMiddleware
+from django.conf import settings
+from django.core.asgi import get_asgi_application
+from django.core.wsgi import get_wsgi_application
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# Seconds a client has to send a request's whole body, once its headers are in.
+BODY_TIMEOUT_S = float(os.environ.get("WEB_BODY_TIMEOUT", "60"))
+# Threads running Django per worker process (each with its own database connection).
+THREADS = int(os.environ.get("WEB_THREADS", "1"))
+
+
+def body_limit(path: str) -> int:
+    """The most body bytes the app may need to see for ``path``: past its limit it answers 413."""
+    if path in settings.BULK_BODY_PATHS:
+        return int(settings.INGEST_MAX_BYTES)
+    return int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE or settings.INGEST_MAX_BYTES)
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value)
+    return None
+
+
+class BufferedBody:
+    """Read the request body whole, bounded in time and size, before calling ``app``."""
+
+    def __init__(self, app: ASGIApp, timeout_s: float = BODY_TIMEOUT_S) -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = body_limit(scope["path"])
+        length = _header(scope, b"content-length")
+        declared = int(length) if length is not None and length.strip().isdigit() else None
+        if declared is not None and declared > limit:
+            # The app refuses it by Content-Length alone: read none of it.
+            await self.app(scope, _replay([], receive), _closing(send))
+            return
+        chunks: list[bytes] = []
+        try:
+            complete = await asyncio.wait_for(self._read(receive, chunks, limit), self.timeout_s)
+        except TimeoutError:
+            await _answer(send, 408, f"The request body did not arrive within {self.timeout_s:g} s.")
+            return
+        if complete is None:  # the client went away
+            return
+        await self.app(scope, _replay(chunks, receive), send if complete else _closing(send))
+
+    @staticmethod
+    async def _read(receive: Receive, chunks: list[bytes], limit: int) -> bool | None:
+        """True: the whole body; False: cut off past ``limit``; None: the client disconnected."""
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = bytes(message.get("body", b""))
+            if chunk:
+                chunks.append(chunk)
+                size += len(chunk)
+            if not message.get("more_body", False):
+                return True
+            if size > limit:
+                return False
+
+
+def _replay(chunks: Iterable[bytes], upstream: Receive) -> Receive:
+    """The body read, in one message; after it, only the client's disconnect is news (a2wsgi
+    listens for it while the app runs: an early ``http.disconnect`` would drop the answer)."""
+    body = b"".join(chunks)
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        while True:  # the rest of a body cut off past its limit is discarded
+            message = await upstream()
+            if message["type"] == "http.disconnect":
+                return message
+
+    return receive
+
+
+def _closing(send: Send) -> Send:
+    """``send`` with ``Connection: close`` on the answer: the rest of the body is never read."""
+
+    async def closing_send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+            message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        await send(message)
+
+    return closing_send
+
+
+async def _answer(send: Send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        (b"cache-control", b"no-store"),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _terminated_input(wsgi_app: Callable[..., Any]) -> Callable[..., Any]:
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        # BufferedBody handed over the whole (or cut-off) body: wsgi.input ends where it does.
+        environ["wsgi.input_terminated"] = True
+        return wsgi_app(environ, start_response)
+
+    return app
+
+
+def build_application(threads: int = THREADS, body_timeout_s: float = BODY_TIMEOUT_S) -> ASGIApp:
+    wsgi = WSGIMiddleware(_terminated_input(get_wsgi_application()), workers=threads)
+    return BufferedBody(wsgi, body_timeout_s)  # type: ignore[arg-type]
+
+
+application = build_application()
+
+
+def django_asgi_application() -> Any:
+    return get_asgi_application()

@@ -1,12 +1,132 @@
-"""gunicorn settings for ``make run`` (``-c python:config.gunicorn``): workers die with their
-master, even when the master is killed outright (``config.process``)."""
+"""gunicorn settings, the one definition of the web server for ``make run``, the tests
+(``tests.servers.Gunicorn``) and the benchmarks (``scripts/bench_common.py``): all of them
+run ``command()``, i.e. ``gunicorn config.asgi:application -c python:config.gunicorn``.
+
+* gunicorn is the process manager (a master restarts a worker that dies; workers die with
+  their master, even when it is killed outright: ``post_fork``, ``config.process``).
+* Each worker is a uvicorn event loop (``Worker``) in front of Django's WSGI application
+  (``config.asgi``): slow clients wait on the event loop, never in the thread that runs
+  Django. A request's line and headers must arrive within ``WEB_HEADER_TIMEOUT`` seconds
+  (10) and fit in 64 KiB (else 408 / 431 and the connection is closed); its body within
+  ``WEB_BODY_TIMEOUT`` seconds (60, ``config.asgi``).
+* SIGTERM stops gracefully: no new connections, requests in progress finish (at most
+  ``graceful_timeout``), idle and half-sent connections are closed.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn_worker import UvicornWorker
+
 from config.process import die_with_parent
+
+APP = "config.asgi:application"
+HEADER_TIMEOUT_S = float(os.environ.get("WEB_HEADER_TIMEOUT", "10"))
+MAX_HEADER_BYTES = 64 * 1024
+
+# gunicorn settings (module-level names gunicorn knows; the command line may override them).
+worker_class = "config.gunicorn.Worker"
+# A kept-alive connection with no new request is closed after this many seconds.
+keepalive = 5
+graceful_timeout = 30
+# A worker whose event loop has not reported for this long is killed and replaced.
+timeout = 60
 
 
 def post_fork(server: Any, worker: Any) -> None:
     die_with_parent()
+
+
+def command(
+    port: int | str,
+    workers: int | str,
+    *,
+    access_log: bool = True,
+    log_level: str | None = None,
+    gunicorn: Path | None = None,
+) -> list[str]:
+    """The web server's command line: ``config.asgi`` on 127.0.0.1:``port``."""
+    binary = gunicorn or Path(sys.executable).with_name("gunicorn")
+    args = [str(binary), APP, "--config", "python:config.gunicorn"]
+    args += ["--bind", f"127.0.0.1:{port}", "--workers", str(workers)]
+    if access_log:
+        args += ["--access-logfile", "-"]
+    if log_level:
+        args += ["--log-level", log_level]
+    return args
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline and a size cap on each request's line and
+    headers (uvicorn has neither: a client that never finishes its headers would keep its
+    connection open for ever)."""
+
+    header_timeout_s = HEADER_TIMEOUT_S
+    max_header_bytes = MAX_HEADER_BYTES
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._header_timer: Any = None
+        self._header_bytes = 0
+        self._arm_header_timer()
+
+    def _arm_header_timer(self) -> None:
+        if self._header_timer is None:
+            self._header_bytes = 0
+            self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def data_received(self, data: bytes) -> None:
+        reading_headers = self._header_timer is not None
+        if reading_headers:
+            self._header_bytes += len(data)
+        super().data_received(data)
+        if reading_headers and self._header_timer is not None and self._header_bytes > self.max_header_bytes:
+            self._refuse(431, "Request Header Fields Too Large")
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm_header_timer()
+
+    def on_headers_complete(self) -> None:
+        self._disarm_header_timer()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self.cycle is None or self.cycle.response_complete:
+            self._refuse(408, "Request Timeout")
+
+    def _refuse(self, status: int, reason: str) -> None:
+        self._disarm_header_timer()
+        if self.transport.is_closing():
+            return
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\ncontent-length: 0\r\nconnection: close\r\n\r\n" % (status, reason.encode())
+        )
+        self.transport.close()
+
+
+class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no type hints
+    """uvicorn-worker's gunicorn worker with ``GuardedHttpToolsProtocol``; no websockets,
+    no lifespan (Django has none)."""
+
+    CONFIG_KWARGS: dict[str, Any] = {
+        "loop": "auto",
+        "http": GuardedHttpToolsProtocol,
+        "ws": "none",
+        "lifespan": "off",
+    }

@@ -19,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 from config.process import die_with_parent
+from core.throttling import Rate, parse_rate
 
 # Processes forked from here on (django-q2's cluster, gunicorn's workers) die with their parent.
 os.register_at_fork(after_in_child=die_with_parent)
@@ -316,7 +317,23 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "core.api_views.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    # Counts every token's write requests (API_WRITE_RATE_LIMIT); reads pass.
+    "DEFAULT_THROTTLE_CLASSES": ["reasoning.access.WriteRateThrottle"],
 }
+
+
+def _env_rate(name: str, default: str) -> Rate | None:
+    try:
+        return parse_rate(env_str(name, default), name)
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from exc
+
+
+# Rate limits (core.throttling), counted in the database so every web process shares them:
+# "<n>/<period>" (s, m, h, d), or "off". Write requests per token, on every API route:
+API_WRITE_RATE_LIMIT = _env_rate("API_WRITE_RATE_LIMIT", "10000/1m")
+# Narrative reads per caller (token or session) and per patient (all callers together).
+NARRATIVE_RATE_LIMIT = _env_rate("NARRATIVE_RATE_LIMIT", "30/5m")
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Reasoning Flow Tracker API",
@@ -344,6 +361,11 @@ SPECTACULAR_SETTINGS = {
     # No "valid" badge fetched from validator.swagger.io (a third party; the CSP refuses it).
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "REDOC_DIST": "SIDECAR",
+    # The 429 of the write rate limit, on every token-authenticated write operation.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "reasoning.access.document_write_rate_limit",
+    ],
 }
 
 # Shared by every web process (the narrative read throttle keeps its counts here).

@@ -84,7 +84,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
 
 def _wants_json(request: HttpRequest) -> bool:
-    return request.path.startswith(("/api/", "/admin/v1/"))
+    return request.path.startswith(("/api/", "/admin/v1/", "/audit/v1/", "/v1/"))
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

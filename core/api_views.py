@@ -55,24 +55,52 @@ class AutoSchema(SpectacularAutoSchema):
 
     1. Query parameters come from the view's ``query_parameters`` declaration.
     2. A request body of a serializer with ``openapi_additional_properties = False`` (the strict
-       serializers, which refuse unknown fields) says ``additionalProperties: false``.
+       serializers, which refuse unknown fields) says ``additionalProperties: false``; one with
+       ``openapi_one_of`` (the rules its ``validate`` applies across fields) says ``oneOf`` them.
     3. A validator with ``openapi_pattern`` publishes that pattern (the allowed characters)
        instead of drf-spectacular's default of publishing a regex validator's regex even when
        it lists the forbidden ones; ``openapi_description`` is appended to the field's description.
+       A field's ``openapi_validators`` are published the same way: rules a service enforces on
+       the field (so that it can name them in its own words), not the field itself.
+    4. A view with ``openapi_request_body_required = True`` (one that reads its body without a
+       serializer) marks its request body required.
+    5. A nested list (``ListSerializer(min_length=..., max_length=...)``) publishes its bounds as
+       ``minItems``/``maxItems``: DRF checks them outside the field's validators, where
+       drf-spectacular does not look.
     """
 
     def get_override_parameters(self) -> list[Any]:
         declared = getattr(self.view, "query_parameters", {})
         return [*super().get_override_parameters(), *declared.get(self.method.lower(), ())]
 
+    def _get_request_body(self, direction: str = "request") -> dict[str, Any] | None:
+        body: dict[str, Any] | None = super()._get_request_body(direction)
+        # A view that decodes its body itself (no serializer) says it needs one.
+        if body is not None and getattr(self.view, "openapi_request_body_required", False):
+            body["required"] = True
+        return body
+
     def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
         schema: dict[str, Any] = super()._map_basic_serializer(serializer, direction)
         if direction == "request" and getattr(serializer, "openapi_additional_properties", True) is False:
             schema["additionalProperties"] = False
+        if direction == "request" and (one_of := getattr(serializer, "openapi_one_of", None)):
+            schema["oneOf"] = one_of
+        return schema
+
+    def _map_serializer_field(
+        self, field: serializers.Field[Any, Any, Any, Any], direction: str, bypass_extensions: bool = False
+    ) -> dict[str, Any]:
+        schema: dict[str, Any] = super()._map_serializer_field(field, direction, bypass_extensions)
+        if isinstance(field, serializers.ListSerializer) and schema and schema.get("type") == "array":
+            # Set by ListSerializer.__init__ (the stubs do not declare them).
+            for attribute, keyword in (("min_length", "minItems"), ("max_length", "maxItems")):
+                if (bound := getattr(field, attribute, None)) is not None:
+                    schema[keyword] = bound
         return schema
 
     def _insert_field_validators(self, field: serializers.Field[Any, Any, Any, Any], schema: dict[str, Any]) -> None:
-        for validator in field.validators:
+        for validator in [*field.validators, *getattr(field, "openapi_validators", ())]:
             if pattern := getattr(validator, "openapi_pattern", None):
                 schema["pattern"] = pattern
             if description := getattr(validator, "openapi_description", None):

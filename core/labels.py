@@ -32,3 +32,8 @@ class LabelValidator(RegexValidator):
 
 
 label_validator = LabelValidator()
+
+
+def label_schema(*, max_length: int = 100) -> dict[str, object]:
+    """The OpenAPI schema of a query or path parameter the server checks with the label rule."""
+    return {"type": "string", "maxLength": max_length, "pattern": LABEL_PATTERN}

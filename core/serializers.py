@@ -14,6 +14,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.utils.deconstruct import deconstructible
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.fields import empty
@@ -243,6 +244,14 @@ class StrictSerializer(serializers.Serializer[Any]):
         ]
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": True,
+        "description": f"A JSON object: no NUL characters or lone surrogates in its strings and keys, nested at most "
+        f"{MAX_JSON_DEPTH} levels.",
+    }
+)
 class JSONObjectField(serializers.JSONField):
     """A JSON object (dict) whose strings Postgres can store (no NUL characters)."""
 

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit, parse_uuid
+from core.labels import label_schema
 from pathways import services
 from pathways.matcher import Candidate
 from pathways.serializers import HitResponseSerializer, MatchResponseSerializer, PathwayStatsSerializer
@@ -51,7 +52,7 @@ class PathwayMatchView(ApiView):
     permission_classes = [IsAdmin]
     query_parameters = {
         "get": [
-            OpenApiParameter("trigger_type", str, required=True),
+            OpenApiParameter("trigger_type", label_schema(), required=True),
             OpenApiParameter("trigger_ref", str),
             limit_parameter(default=10, maximum=MAX_MATCH_LIMIT),
         ]

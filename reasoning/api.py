@@ -17,11 +17,12 @@ from rest_framework.throttling import BaseThrottle
 
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_flag, parse_limit, parse_uuid, with_next_page
+from core.labels import LABEL_PATTERN
 from core.serializers import validated
 from reasoning import services
 from reasoning.access import CanReadNarrative, NarrativeReadThrottle, patient_of
 from reasoning.auth import BearerTokenAuthentication, CanWrite, IsAdmin, TokenPrincipal, changes_only_own_flows
-from reasoning.flow_search import PERIODS, SORTS, FlowSearch
+from reasoning.flow_search import GUARD_PATTERN, MAX_TEXT, PERIODS, SORTS, FlowSearch
 from reasoning.models import ApiToken, ReasoningFlow
 from reasoning.narrative import read_narrative
 from reasoning.serializers import (
@@ -58,7 +59,8 @@ class FlowCollectionView(ApiView):
         operation_id="flows_create",
         summary="Open a reasoning flow",
         description="Needs `reasoning.write`. Audits `reasoning.flow.started`. "
-        "Re-sending the same client-chosen `id` with the same body returns the stored flow (200).",
+        "Re-sending the same client-chosen `id` with the same body returns the stored flow (200). 400 naming "
+        "`patient_id` when no patient has that id.",
         request=FlowCreateSerializer,
         responses={201: FlowSerializer, 200: FlowSerializer, 409: ID_CONFLICT, **ERRORS},
         examples=[
@@ -97,7 +99,7 @@ class FlowDetailView(ApiView):
     def get_throttles(self) -> list[BaseThrottle]:
         if self.request.method == "GET":
             return [NarrativeReadThrottle()]
-        return []
+        return super().get_throttles()  # the write limit
 
     @extend_schema(
         operation_id="flows_narrative",
@@ -111,7 +113,8 @@ class FlowDetailView(ApiView):
         "flow is still running (with the step count so far). 403 (with a "
         "`reason`: `not_patient`, `no_consent`, `unsafe_summary`) when the caller is not a patient, has not "
         "opted in, or a summary failed the guard. 404 when the decision is unknown *or about someone else* "
-        "(existence is not revealed). 429 past 30 reads per 5 minutes per caller. "
+        "(existence is not revealed). 429 past 30 reads per 5 minutes (`NARRATIVE_RATE_LIMIT`) per caller, or per "
+        "patient for all their tokens and sessions together. "
         "Audits `patient.reasoning.flow.read`.",
         parameters=[FLOW_ID],
         responses={
@@ -120,8 +123,12 @@ class FlowDetailView(ApiView):
             403: OpenApiResponse(
                 OpenApiTypes.OBJECT, description="`reason`: `not_patient`, `no_consent` or `unsafe_summary`."
             ),
+            400: OpenApiResponse(OpenApiTypes.OBJECT, description="`flow_id` is not a UUID."),
             404: OpenApiResponse(OpenApiTypes.OBJECT, description="No such decision among the caller's own."),
-            429: OpenApiResponse(OpenApiTypes.OBJECT, description="More than 30 reads in 5 minutes; see Retry-After."),
+            429: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description="More than 30 reads in 5 minutes by this caller or for this patient; see Retry-After.",
+            ),
             401: ERRORS[401],
         },
         examples=[
@@ -158,7 +165,8 @@ class FlowDetailView(ApiView):
         description="Needs `reasoning.write`. Audits `reasoning.flow.completed` or `reasoning.flow.aborted`; "
         "sets `outcome_confidence` to the lowest step confidence and stores the Decision Dimensions radar as "
         "`dimensions_snapshot`. `outcome_metrics` (composite_k, evidence_hits, verdict, claim_id, "
-        "rejection_reason) feed the research-backlog producers. 409 when the flow is already closed.",
+        "rejection_reason) feed the research-backlog producers. `completed` needs an `outcome_type` and takes no "
+        "`abort_reason` (400 naming the field otherwise). 409 when the flow is already closed.",
         parameters=[FLOW_ID],
         request=FlowCloseSerializer,
         responses={200: FlowSerializer, 404: FLOW_NOT_FOUND, 409: FLOW_CLOSED, **ERRORS},
@@ -322,16 +330,23 @@ class StepBatchView(ApiView):
 
 
 MAX_FLOW_LIST = 200
+# The free-text filters as FlowSearch reads them: at most MAX_TEXT characters, no NUL.
+_TEXT = {"type": "string", "maxLength": MAX_TEXT, "pattern": r"^[^\u0000]*$"}
+# A blank filter is no filter (the operator page's form sends every field).
+_LABEL = {"type": "string", "maxLength": MAX_TEXT, "pattern": f"^(?:{LABEL_PATTERN.strip('^$')})?$"}
 FLOW_LIST_PARAMETERS = [
-    OpenApiParameter("trace_id", str, description="Only flows of this correlation id (an agent turn)."),
+    OpenApiParameter("trace_id", _TEXT, description="Only flows of this correlation id (an agent turn)."),
     OpenApiParameter("flow_state", str, enum=ReasoningFlow.State.values),
     OpenApiParameter(
-        "agent", str, description="Only flows of this agent label.", examples=[OpenApiExample("Critic", value="critic")]
+        "agent",
+        _TEXT,
+        description="Only flows of this agent label.",
+        examples=[OpenApiExample("Critic", value="critic")],
     ),
-    OpenApiParameter("session_id", str, description="Only flows of this session."),
+    OpenApiParameter("session_id", _TEXT, description="Only flows of this session."),
     OpenApiParameter(
         "trigger_type",
-        str,
+        _LABEL,
         description="Only flows with this trigger type.",
         examples=[OpenApiExample("User question", value="user_question")],
     ),
@@ -349,26 +364,31 @@ FLOW_LIST_PARAMETERS = [
     ),
     OpenApiParameter(
         "q",
-        str,
+        _TEXT,
         description="Free text: a prefix of the trace id or the trigger ref, or a flow id (whole, or its first "
         "hex digits as the flow list shows them).",
         examples=[OpenApiExample("A benchmark run", value="benchmark/run-7/")],
     ),
-    OpenApiParameter("outcome_type", str, description="Only flows closed with this outcome type."),
+    OpenApiParameter("outcome_type", _LABEL, description="Only flows closed with this outcome type."),
     OpenApiParameter(
         "guard",
-        str,
+        {"type": "string", "pattern": GUARD_PATTERN},
         description="The summary guard's result: `safe` (shown to patients), `blocked`, or `blocked:<rule>` "
         "(e.g. `blocked:email`).",
     ),
-    OpenApiParameter("has_patient", bool, description="Only flows with (`true`) or without (`false`) a patient."),
     OpenApiParameter(
-        "period", str, enum=list(PERIODS), description="Only flows created in the last hour, day or week."
+        "has_patient",
+        str,
+        enum=["", "true", "false", "1", "0", "yes", "no"],
+        description="Only flows with (`true`) or without (`false`) a patient.",
+    ),
+    OpenApiParameter(
+        "period", str, enum=["", *PERIODS], description="Only flows created in the last hour, day or week."
     ),
     OpenApiParameter(
         "sort",
         str,
-        enum=list(SORTS),
+        enum=["", *SORTS],
         description="`newest` (default), `duration` (longest first), `steps` (most first), `confidence` "
         "(lowest outcome confidence first).",
     ),

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit
 from core.errors import InvalidInput
-from core.labels import label_validator
+from core.labels import label_schema, label_validator
 from reasoning.auth import IsAdmin
 from reasoning.drift import SIGNALS
 from reasoning.models import DriftReport
@@ -113,7 +113,9 @@ class AgentDriftView(ApiView):
         "(`manage.py reasoning_drift`). An agent with no reports (or never seen) is a 200 with an empty list. "
         "400 when `agent` is not a label. Page with `limit` and `before`.",
         parameters=[
-            OpenApiParameter("agent", str, OpenApiParameter.PATH, description="The agent's label, e.g. `critic`.")
+            OpenApiParameter(
+                "agent", label_schema(), OpenApiParameter.PATH, description="The agent's label, e.g. `critic`."
+            )
         ],
         responses={200: DriftReportSerializer(many=True), **ERRORS},
         examples=[

@@ -23,7 +23,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db.models import Aggregate, Count, DurationField, ExpressionWrapper, F, FloatField, Q, QuerySet, Value
@@ -40,6 +40,8 @@ LABEL_RE = re.compile(LABEL_PATTERN)
 MAX_TEXT = 100
 PERIODS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 SORTS = ("newest", "duration", "steps", "confidence")
+# What ``guard`` accepts (``_guard_rule``): published as the parameter's pattern; blank is no filter.
+GUARD_PATTERN = r"^(?:safe|blocked|blocked:[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63})?$"
 # Exact-match filters on text columns: (query parameter, model field).
 TEXT_FILTERS = (("trace_id", "trace_id"), ("agent", "agent"), ("session_id", "session_id"))
 LABEL_FILTERS = (("trigger_type", "trigger_type"), ("outcome_type", "outcome_type"))
@@ -301,7 +303,11 @@ def _datetime(raw: str, name: str) -> datetime | None:
         raise InvalidInput("must be an ISO 8601 date-time, e.g. 2026-03-01T09:00:00Z", field=name)
     if value.tzinfo is None:
         raise InvalidInput("must carry a time zone offset, e.g. 2026-03-01T09:00:00Z", field=name)
-    return value
+    # In UTC: PostgreSQL refuses offsets past ±15:59 (found by the fuzzer: -21:02 was a 500).
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput("is out of range", field=name) from None
 
 
 def _guard_rule(guard: str) -> str:

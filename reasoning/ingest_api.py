@@ -242,6 +242,20 @@ def _otlp_answer(message: Any, encoding: str, status_code: int) -> HttpResponse:
     return HttpResponse(json_format.MessageToJson(message, indent=None), status=status_code, content_type=otlp.JSON)
 
 
+# The OTLP JSON request as the server reads it (reasoning.otlp._decode_json): an object whose only top-level
+# field is `resourceSpans` (or its proto name); what the spans hold is the OTLP specification's.
+_OTLP_RESOURCE_SPANS = {
+    "type": "array",
+    "items": {"type": "object", "description": "An OTLP `ResourceSpans`: `resource` and `scopeSpans`."},
+}
+OTLP_JSON_REQUEST = {
+    "type": "object",
+    "properties": {"resourceSpans": _OTLP_RESOURCE_SPANS, "resource_spans": _OTLP_RESOURCE_SPANS},
+    "additionalProperties": False,
+    "description": "An OTLP `ExportTraceServiceRequest` in the OTLP JSON encoding (ids as hex strings).",
+}
+
+
 class OtlpTracesView(ApiView):
     """OTLP/HTTP traces. Errors are answered as ``google.rpc.Status`` in the request's encoding,
     as the OTLP/HTTP specification asks."""
@@ -249,6 +263,7 @@ class OtlpTracesView(ApiView):
     permission_classes = [CanWrite]
     # The body is decoded here (reasoning.otlp), not by DRF; the middleware has undone gzip.
     parser_classes: list[Any] = []
+    openapi_request_body_required = True  # without one: 415 (core.api_views.AutoSchema)
 
     @extend_schema(
         operation_id="otlp_traces",
@@ -261,8 +276,9 @@ class OtlpTracesView(ApiView):
         "when they come (docs/ingest.md has the mapping). The answer is an `ExportTraceServiceResponse`; spans "
         "that could not be stored are counted in `partial_success.rejected_spans`, with the reasons in "
         "`error_message`. 400 for a body that is not an OTLP traces request, 401/403 for the token, 413 above "
-        "INGEST_MAX_BYTES, 415 for another content type; error bodies are a `google.rpc.Status`.",
-        request={otlp.PROTOBUF: OpenApiTypes.BINARY, otlp.JSON: OpenApiTypes.OBJECT},
+        "INGEST_MAX_BYTES, 415 for another content type, 429 (with `Retry-After`, which OTLP exporters honour) past "
+        "the token's write rate limit; error bodies are a `google.rpc.Status`.",
+        request={otlp.PROTOBUF: OpenApiTypes.BINARY, otlp.JSON: OTLP_JSON_REQUEST},
         responses={
             (200, otlp.PROTOBUF): OpenApiResponse(
                 OpenApiTypes.BINARY, description="ExportTraceServiceResponse (protobuf)."
@@ -275,6 +291,9 @@ class OtlpTracesView(ApiView):
             (403, otlp.JSON): OpenApiResponse(OtlpStatusSerializer, description="The token lacks reasoning.write."),
             (413, otlp.JSON): OpenApiResponse(OtlpStatusSerializer, description="Larger than INGEST_MAX_BYTES."),
             (415, otlp.JSON): OpenApiResponse(OtlpStatusSerializer, description="Not protobuf or OTLP JSON."),
+            (429, otlp.JSON): OpenApiResponse(
+                OtlpStatusSerializer, description="Past the token's write rate limit: see `Retry-After`."
+            ),
         },
         examples=[
             OpenApiExample(

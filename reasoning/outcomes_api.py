@@ -18,7 +18,15 @@ from rest_framework.response import Response
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, flat_errors, limit_parameter, parse_limit, parse_uuid, with_next_page
 from core.errors import NotFound
-from core.serializers import StrictBooleanField, StrictCharField, StrictSerializer, StrictUUIDField, validated
+from core.labels import label_schema
+from core.serializers import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictSerializer,
+    StrictUUIDField,
+    plain_text_validator,
+    validated,
+)
 from reasoning import outcomes, services
 from reasoning.auth import CanWrite, IsAdmin, changes_only_own_flows
 from reasoning.models import ReasoningFlow
@@ -40,8 +48,15 @@ CORRECT_HELP = (
 )
 
 
+class GuardedOutcomeField(StrictCharField):
+    """The outcome text: the summary guard (reasoning.outcomes) refuses what is not one line of plain text
+    (its rule `control_chars`, which is the plain-text rule), so the schema publishes that rule's pattern."""
+
+    openapi_validators = (plain_text_validator,)
+
+
 class OutcomeRecordSerializer(StrictSerializer):
-    outcome = StrictCharField(max_length=280, help_text=OUTCOME_HELP)
+    outcome = GuardedOutcomeField(max_length=280, help_text=OUTCOME_HELP)
     correct = StrictBooleanField(allow_null=True, help_text=CORRECT_HELP)
 
 
@@ -338,7 +353,7 @@ class AdminSessionListView(ApiView):
         "get": [
             OpenApiParameter(
                 "agent",
-                str,
+                label_schema(),
                 description="Only sessions in which this agent (a label) made at least one decision.",
                 examples=[OpenApiExample("Triage", value="triage")],
             ),
@@ -406,7 +421,8 @@ class AdminSessionReplayView(ApiView):
         "recorded outcome and correctness, outcome confidence, the guard's result, its step kinds in the order "
         "the steps began and its times. No step text, rationale or raw reasoning: read a flow for those "
         "(`GET /admin/v1/reasoning/flows/{flow_id}`). Pages as the flow list does (`X-Next-Cursor`). 404 when no "
-        "flow has this session id; 400 for an id longer than 100 characters.",
+        "flow has this session id; 400 for an id longer than 100 characters, or naming `cursor` for a cursor this "
+        "route did not issue.",
         parameters=[SESSION_ID, *NEXT_PAGE_HEADERS],
         responses={200: SessionReplaySerializer, 404: NO_SESSION, **ERRORS},
         examples=[

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -13,6 +12,7 @@ from rest_framework.response import Response
 
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit, with_next_page
+from core.labels import label_schema
 from reasoning import review, services
 from reasoning.auth import IsAdmin
 from reasoning.drift_api import parse_agent
@@ -143,7 +143,13 @@ class AgentReviewView(ApiView):
         "get": [
             OpenApiParameter(
                 "since",
-                OpenApiTypes.STR,
+                {
+                    "oneOf": [
+                        {"type": "string", "format": "date"},
+                        {"type": "string", "format": "date-time"},
+                        {"type": "string", "maxLength": 0},
+                    ]
+                },
                 description="Only decisions recorded incorrect at or after this time: an ISO 8601 date (its "
                 "midnight, UTC) or a date-time with an offset (400 otherwise).",
                 examples=[
@@ -172,7 +178,9 @@ class AgentReviewView(ApiView):
         'unreadable. When more decisions match than `limit`, `X-Next-Cursor` (and `Link: rel="next"`) give '
         "the next page. Two queries a page, whatever its size.",
         parameters=[
-            OpenApiParameter("agent", str, OpenApiParameter.PATH, description="The agent's label, e.g. `critic`."),
+            OpenApiParameter(
+                "agent", label_schema(), OpenApiParameter.PATH, description="The agent's label, e.g. `critic`."
+            ),
             OpenApiParameter(
                 "X-Next-Cursor",
                 str,

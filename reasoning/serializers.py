@@ -152,6 +152,21 @@ class FlowCloseSerializer(StrictSerializer):
     abort_reason = StrictCharField(max_length=200, required=False, allow_blank=True)
     outcome_metrics = OutcomeMetricsSerializer(required=False)
 
+    # What ``validate`` requires, as the OpenAPI document states it (core.api_views.AutoSchema). Patterns, not
+    # enums: drf-spectacular would make each enum a component of its own.
+    openapi_one_of = [
+        {
+            "description": "Completed: a non-blank `outcome_type` is required; no `abort_reason`.",
+            "properties": {
+                "flow_state": {"pattern": "^completed$"},
+                "outcome_type": {"minLength": 1},
+                "abort_reason": {"pattern": r"^\s*$"},
+            },
+            "required": ["outcome_type"],
+        },
+        {"description": "Aborted.", "properties": {"flow_state": {"pattern": "^aborted$"}}},
+    ]
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["flow_state"] == ReasoningFlow.State.COMPLETED:
             if not attrs.get("outcome_type"):

@@ -140,7 +140,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from re import _constants, _parser  # type: ignore[attr-defined]  # stdlib, unstubbed: which alternatives need a digit
+from re import _constants, _parser  # type: ignore[attr-defined, unused-ignore]  # stdlib, unstubbed: which alternatives need a digit
 from typing import Any
 
 from core.serializers import has_forbidden_char

@@ -3,9 +3,10 @@
 The narrative page asks ``read_narrative`` (the one access rule for this audience) and
 shows its answer with the same status code as the API: 200 the narrative, 202 still
 working, 403 a gentle message chosen by ``reason``, 404 unknown or someone else's
-decision. Reads share the API's per-caller throttle (30 per 5 minutes), so the page is
-not a way around it. The flow page is for operators (``operator_required``) and reads
-through ``read_flow_page_for_admin``. Every page works without JavaScript.
+decision. Reads share the API's throttle (30 per 5 minutes per caller and per patient,
+``NARRATIVE_RATE_LIMIT``), so the page is not a way around it. The flow page is for
+operators (``operator_required``) and reads through ``read_flow_page_for_admin``. Every page
+works without JavaScript.
 """
 
 from __future__ import annotations
@@ -45,11 +46,9 @@ from reasoning.services import STEPS_PER_PAGE, FlowStepsPage, read_flow_page_for
 def narrative_page(request: HttpRequest, decision_id: uuid.UUID) -> HttpResponse:
     pk = decision_id
     throttle = NarrativeReadThrottle()
-    if not throttle.allow_request(request, None):  # type: ignore[arg-type]  # needs only .user
+    if not throttle.allow_request(request, None):
         response = render(request, "reasoning/narrative_throttled.html", status=429)
-        wait = throttle.wait()
-        if wait is not None:
-            response["Retry-After"] = str(max(int(wait), 1))
+        response["Retry-After"] = str(throttle.retry_after or 1)
         return response
     try:
         narrative = read_narrative(pk, patient=patient_of(request), actor=actor_for(request))

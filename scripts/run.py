@@ -2,7 +2,8 @@
 
 Used by ``make run``; ``make stop`` (``scripts/stop.py``) or Ctrl-C stops everything.
 
-* The web server is gunicorn on 127.0.0.1:$PORT (default 8000).
+* The web server is gunicorn on 127.0.0.1:$PORT (default 8000), as ``config.gunicorn.command``
+  builds it (uvicorn workers in front of Django; see that module).
 * The job worker and the audit chainer run in their own sessions (process groups). A
   Ctrl-C in the terminal then reaches this supervisor, which stops every group as a
   whole: the worker's forked processes go with it, whenever the Ctrl-C comes (even while
@@ -34,7 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from config.process import die_with_parent  # noqa: E402  (no Django: safe before any settings)
+from config.gunicorn import command as web_command  # noqa: E402  (no Django: safe before any settings)
+from config.process import die_with_parent  # noqa: E402
 
 BIN = Path(sys.executable).parent
 DEFAULT_STATE_FILE = Path(os.environ.get("RFT_DATA_DIR") or ROOT / ".data") / "run.json"
@@ -77,18 +79,7 @@ class Child:
 
 def commands(port: str, workers: str) -> dict[str, list[str]]:
     return {
-        "web": [
-            str(BIN / "gunicorn"),
-            "config.wsgi",
-            "--config",
-            "python:config.gunicorn",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            workers,
-            "--access-logfile",
-            "-",
-        ],
+        "web": web_command(port, workers, gunicorn=BIN / "gunicorn"),
         "worker": [sys.executable, "manage.py", "qcluster"],
         "chainer": [sys.executable, "manage.py", "audit_chainer"],
     }

@@ -1,4 +1,4 @@
-"""A real gunicorn process serving the test database, and a raw HTTP client for it.
+"""The real web server (as ``make run`` starts it) on the test database, and a raw HTTP client for it.
 
 The test client never frames a body on the wire, so chunked transfer coding and the bytes of a
 JSON body as a server hands them to Django can only be tested against a real server.
@@ -12,7 +12,6 @@ import os
 import select
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -22,6 +21,24 @@ from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 from django.db import connection
+
+from config.gunicorn import command as gunicorn_command
+
+
+class Headers(dict[str, str]):
+    """Response headers by case-insensitive name (servers differ: uvicorn sends them lower-case)."""
+
+    def __init__(self, pairs: Iterable[tuple[str, str]]) -> None:
+        super().__init__((name.lower(), value) for name, value in pairs)
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return super().get(name.lower(), default)
 
 
 @dataclass(frozen=True)
@@ -77,7 +94,7 @@ class Server:
             try:
                 conn.request(method, path, body=body, headers=headers or {})
                 response = conn.getresponse()
-                return Answer(response.status, dict(response.getheaders()), response.read())
+                return Answer(response.status, Headers(response.getheaders()), response.read())
             finally:
                 conn.close()
         return self._send_chunked(method, path, list(body), headers or {}, early_answer_wait)
@@ -95,13 +112,14 @@ class Server:
                 sock.sendall(encoded)
             response = http.client.HTTPResponse(sock)
             response.begin()
-            return Answer(response.status, dict(response.getheaders()), response.read())
+            return Answer(response.status, Headers(response.getheaders()), response.read())
 
 
 class Gunicorn:
-    """``gunicorn config.wsgi`` on a fixed free port against the test database; stop and start
-    it again (an outage) with ``stop()`` / ``start()``. ``env`` adds to the server's environment;
-    with ``log``, its stderr (the application's log) is appended to that file (``lines()``)."""
+    """The web server as ``make run`` starts it (``config.gunicorn.command``) on a fixed free port
+    against the test database; stop and start it again (an outage) with ``stop()`` / ``start()``.
+    ``env`` adds to the server's environment; with ``log``, its stdout and stderr (the access
+    log, the application's log) are appended to that file (``lines()``)."""
 
     def __init__(self, env: dict[str, str] | None = None, workers: int = 1, log: Path | None = None) -> None:
         self.port = free_port()
@@ -115,25 +133,14 @@ class Gunicorn:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Server:
-        command = [
-            str(Path(sys.executable).with_name("gunicorn")),
-            "config.wsgi",
-            "--bind",
-            f"127.0.0.1:{self.port}",
-            "--workers",
-            str(self.workers),
-            "--timeout",
-            "60",
-        ]
+        command = gunicorn_command(self.port, self.workers)
         if self.log is None:
             self.process = subprocess.Popen(
                 command, cwd=settings.BASE_DIR, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
             )
         else:
             with self.log.open("ab") as log:
-                self.process = subprocess.Popen(
-                    command, cwd=settings.BASE_DIR, env=self.env, stdout=subprocess.DEVNULL, stderr=log
-                )
+                self.process = subprocess.Popen(command, cwd=settings.BASE_DIR, env=self.env, stdout=log, stderr=log)
         _wait_for(self.port, self.process)
         return Server("127.0.0.1", self.port)
 
@@ -157,7 +164,7 @@ class Gunicorn:
 
 
 def run_gunicorn(env: dict[str, str] | None = None) -> Iterator[Server]:
-    """Start ``gunicorn config.wsgi`` on a free port against the test database; stop it after."""
+    """Start the web server (``Gunicorn``) on a free port against the test database; stop it after."""
     server = Gunicorn(env)
     try:
         yield server.start()

@@ -350,6 +350,14 @@ def _send_field(component: str, field: str, value: str, agent: APIClient, operat
         response = agent.post("/api/reasoning/ingest", {"flows": [item]}, format="json")
         # The route answers 200 even when the item is rejected; the item says which.
         return response if response.status_code != 200 or response.json()["rejected"] == 0 else _Rejected(response)
+    if component in ("OutcomeRecordRequest", "OutcomeBatchItemRequest"):
+        flow_id = _new_flow(agent)
+        close = {"flow_state": "completed", "outcome_type": "answered"}
+        assert agent.patch(f"/api/reasoning/flows/{flow_id}", close, format="json").status_code == 200
+        if component == "OutcomeRecordRequest":
+            return agent.post(f"/api/reasoning/flows/{flow_id}/outcome", {field: value, "correct": True}, format="json")
+        item = {"flow_id": flow_id, field: value, "correct": True}
+        return agent.post("/api/reasoning/outcomes", {"outcomes": [item]}, format="json")
     if component == "DeeperRequestRequest":
         body = {"trigger_type": "user_question", "question": "Why?", field: value}
         return operator.post("/admin/v1/reasoning/research/deeper-request", body, format="json")

@@ -9,10 +9,11 @@ from typing import Protocol
 import pytest
 from django.test import Client
 from pytest_django import DjangoAssertNumQueries
+from pytest_django.fixtures import Settings
 
 from audit.models import AuditEvent
+from core.throttling import Rate
 from patients.models import Patient
-from reasoning.access import NarrativeReadThrottle
 from reasoning.narrative import DISCLAIMER
 from tests.factories import SAFE_STEPS, logged_in, make_flow
 from tests.html import doc
@@ -212,9 +213,9 @@ def test_logged_in_non_patient_is_403_and_asked_to_see_care_team(
     assert SAFE_STEPS[0] not in body
 
 
-def test_reads_past_the_limit_are_429(consenting_patient: Patient, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The page shares the API's per-caller throttle; lower it instead of making 31 reads.
-    monkeypatch.setattr(NarrativeReadThrottle, "rate", "1/5m")
+def test_reads_past_the_limit_are_429(consenting_patient: Patient, settings: Settings) -> None:
+    # The page shares the API's throttle; lower it instead of making 31 reads.
+    settings.NARRATIVE_RATE_LIMIT = Rate(1, 300)
     flow_id = make_flow(consenting_patient)
     client = logged_in(consenting_patient)
 
@@ -241,11 +242,10 @@ def test_narrative_page_query_count(
     flow_id = make_flow(consenting_patient)
     client = logged_in(consenting_patient)
 
-    # 1 session, 2 user; throttle (database cache): 3 read the history, 4 count rows
-    # (culling), 5 savepoint, 6 look up the key, 7 write it, 8 release; 9 the patient
-    # (patient_of); read_narrative: 10 savepoint, 11 the flow, 12 the audit event,
-    # 13 the steps, 14 release.
-    with django_assert_num_queries(14):
+    # 1 session, 2 user, 3 the patient (patient_of, once for the throttle and the read);
+    # 4 the throttle's counter (one upsert for the user and the patient); read_narrative:
+    # 5 savepoint, 6 the flow, 7 the audit event, 8 the steps, 9 release.
+    with django_assert_num_queries(9):
         response = client.get(page_url(flow_id))
 
     assert response.status_code == 200

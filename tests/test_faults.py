@@ -1,0 +1,329 @@
+"""Fault injection, nothing lost: a load of real writes (the ingest route, the single routes and
+the SDK) while the processes of ``make run`` are killed, PostgreSQL restarts, and the SDK's server
+refuses connections (tests/faults_support.py has the load and the invariants).
+
+After each fault: every write that got a 2xx (and every flow the SDK recorded) is stored exactly
+once; nothing else is half-written (each flow's ``step_count`` is its steps; each flow and step has
+exactly its audit events, and no event names a missing row); the audit chain and its Merkle tree
+verify; and the chainer catches up on its own, within a bound.
+
+``make test`` runs the short version. ``make faults`` (``RFT_FAULTS_LONG=1``) runs the long one: a
+bigger load, repeated kills, a 30 s refusal; it prints each figure as a ``key=value`` line, which
+the README's "Reliability" section quotes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django_q.tasks import async_task
+
+from audit.chain import verify_chain
+from tests import faults_support as faults
+from tests.servers import Gunicorn
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LONG = os.environ.get("RFT_FAULTS_LONG", "") in ("1", "true", "yes")
+# Acknowledged requests between two faults, and how often each kill is repeated.
+WRITES_BETWEEN = 150 if LONG else 20
+# Writer threads of each kind (ingest, single routes); the SDK records from one more.
+THREADS = 2 if LONG else 1
+ROUNDS = 3 if LONG else 1
+# How long the SDK's server refuses connections.
+REFUSED_S = 30.0 if LONG else 3.0
+# The bounds of recovery (a write acknowledged again, the chainer caught up): liveness, not
+# speed. Both include a process's start-up (Django's import, ~2 s), which takes 25 s and more on
+# two cores shared by a dozen busy processes.
+RECOVERY_BOUND_S = 120.0
+CATCH_UP_BOUND_S = 120.0
+
+
+class Figures:
+    def __init__(self, scenario: str) -> None:
+        self.scenario = scenario
+        self.values: dict[str, Any] = {}
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.values[key] = value
+
+    def report(self) -> None:
+        # One line per figure (make faults runs pytest with -s; the README quotes them).
+        for key, value in self.values.items():
+            shown = f"{value:.2f}" if isinstance(value, float) else value
+            print(f"faults.{self.scenario}.{key}={shown}", file=sys.stderr)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_http_log() -> Iterator[None]:
+    # The SDK's HTTP client logs every request at INFO: thousands of lines.
+    logger = logging.getLogger("httpx")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    yield
+    logger.setLevel(level)
+
+
+@pytest.fixture
+def token(make_token: Callable[..., str]) -> str:
+    return make_token("reasoning.write", name="faults-agent")
+
+
+@pytest.fixture
+def start_load(token: str, tmp_path: Path) -> Iterator[Callable[[str], faults.Load]]:
+    """``start_load(url)``: the writers against ``url``; stopped after the test if it failed first."""
+    loads: list[faults.Load] = []
+
+    def start(url: str) -> faults.Load:
+        loads.append(faults.Load(url, token, tmp_path / "spool", threads=THREADS).start())
+        return loads[-1]
+
+    yield start
+    for load in loads:
+        load.abandon()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[Gunicorn | faults.Command]]:
+    """Whatever a test starts, stopped after it."""
+    started: list[Gunicorn | faults.Command] = []
+    yield started
+    for process in reversed(started):
+        # Everything was checked: no graceful shutdown to wait for (gunicorn's is quick anyway).
+        process.kill() if isinstance(process, faults.Command) else process.stop()
+
+
+def _verify_here() -> None:
+    result = verify_chain()
+    assert result.ok, result.broken.describe() if result.broken else ""
+    assert result.pending == 0
+
+
+def _check(load: faults.Load, cursor_of: Callable[[], Any], figures: Figures) -> None:
+    """The invariants after the load stopped: what a user would check in the database."""
+    ledger = load.ledger
+    assert ledger.unexpected == [], ledger.unexpected[:5]
+    assert ledger.gave_up == []
+    assert load.sdk_delivered, f"the SDK did not deliver everything it recorded: {load.sdk_stats()}"
+    stats = load.sdk_stats()
+    assert (stats["dropped"], stats["rejected"]) == (0, 0), stats
+    with cursor_of() as cursor:
+        caught_up = faults.wait_until(
+            lambda: faults.pending_events(cursor) == 0, CATCH_UP_BOUND_S, "the chainer catching up after the load"
+        )
+        assert faults.problems(cursor, ledger) == {}
+    figures["acknowledged_writes"] = ledger.writes()
+    figures["acknowledged_requests"] = ledger.acknowledged_requests
+    figures["sdk_flows"] = len(load.sdk.flows)
+    figures["retried_requests"] = ledger.retried_requests
+    figures["lost"] = 0
+    figures["final_catch_up_s"] = caught_up
+
+
+def _no_server_error(gunicorn: Gunicorn) -> None:
+    assert gunicorn.log is not None
+    log = gunicorn.log.read_text(errors="replace")
+    assert "Internal Server Error" not in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_killed_web_workers_and_a_killed_server_lose_nothing(
+    start_load: Callable[[str], faults.Load], tmp_path: Path, processes: list[Gunicorn | faults.Command]
+) -> None:
+    """A web worker is SIGKILLed (its master starts another); then the whole server is (the
+    master, then its workers, as config.gunicorn's parent-death signal does under ``make run``),
+    and its port refuses connections for REFUSED_S while the agent keeps recording (the SDK
+    spools), until it is started again as scripts/run.py's supervisor does."""
+    web, refused = Figures("web_sigkill"), Figures("sdk_refused")
+    gunicorn = Gunicorn(workers=2, log=tmp_path / "gunicorn.log")
+    processes.append(gunicorn)
+    gunicorn.start()
+    chainer = faults.Command(["audit_chainer"], gunicorn.env, tmp_path / "chainer.log").start()
+    processes.append(chainer)
+    load = start_load(gunicorn.url)
+    load.wait_for_writes(WRITES_BETWEEN)
+
+    worker_recovery, restart_recovery, recorded_while_refused = [], [], []
+    for _ in range(ROUNDS):
+        assert gunicorn.process is not None
+        victim = faults.children(gunicorn.process.pid)[0]
+        killed_at = time.monotonic()
+        faults.kill_process(victim)
+        load.wait_for_writes(WRITES_BETWEEN)
+        worker_recovery.append(_recovered(load, killed_at))
+
+        assert gunicorn.process is not None
+        master = gunicorn.process
+        workers = faults.children(master.pid)
+        faults.kill_process(master.pid)
+        for pid in workers:
+            faults.kill_process(pid)
+        master.wait(timeout=10)
+        gunicorn.process = None
+        flows_before, spooled_before = len(load.sdk.flows), load.sdk_stats()["spooled"]
+        time.sleep(REFUSED_S)
+        recorded_while_refused.append(len(load.sdk.flows) - flows_before)
+        assert load.sdk_stats()["spooled"] > spooled_before, "the SDK spooled nothing while refused"
+        started_at = time.monotonic()
+        gunicorn.start()
+        load.wait_for_writes(WRITES_BETWEEN)
+        restart_recovery.append(_recovered(load, started_at))
+
+    load.stop()
+    assert min(recorded_while_refused) > 0
+    _check(load, connection.cursor, web)
+    _verify_here()
+    _no_server_error(gunicorn)
+    web["worker_kills"] = ROUNDS
+    web["server_kills"] = ROUNDS
+    web["worker_kill_to_write_max_s"] = max(worker_recovery)
+    web["server_start_to_write_max_s"] = max(restart_recovery)
+    refused["refused_s"] = REFUSED_S
+    refused["refusals"] = ROUNDS
+    refused["sdk_flows_recorded_while_refused"] = sum(recorded_while_refused)
+    refused["sdk_steps_spooled"] = load.sdk_stats()["spooled"]
+    refused["sdk_lost"] = 0
+    web.report()
+    refused.report()
+
+
+def _recovered(load: faults.Load, since: float) -> float:
+    """Seconds from the fault to the first acknowledged request sent after it."""
+    answered = load.ledger.first_success_after(since)
+    assert answered is not None, "no write was acknowledged after the fault"
+    recovery = answered - since
+    assert recovery < RECOVERY_BOUND_S
+    return recovery
+
+
+def _kill_mid_batch(command: faults.Command, cursor: Any) -> None:
+    """SIGKILL ``command`` while a session holds the chainer's lock (inside a batch's transaction)."""
+    faults.wait_until(lambda: faults.chaining_now(cursor), 60, "a chainer starting a batch", step=0.002)
+    command.kill()
+
+
+def test_a_job_worker_and_a_chainer_killed_mid_batch_lose_nothing(
+    start_load: Callable[[str], faults.Load], tmp_path: Path, processes: list[Gunicorn | faults.Command]
+) -> None:
+    """No dedicated chainer at first: a backlog builds up; the job worker's chainer job (the same
+    job the schedule runs every minute) is killed inside a batch, then ``audit_chainer`` is, and
+    both are started again as ``make run``'s supervisor does: the chainer catches up."""
+    figures = Figures("chainer_sigkill")
+    gunicorn = Gunicorn(log=tmp_path / "gunicorn.log")
+    processes.append(gunicorn)
+    gunicorn.start()
+    # Started with the server: it idles (no task queued) until the backlog is there.
+    worker = faults.Command(["qcluster"], gunicorn.env, tmp_path / "worker.log").start()
+    processes.append(worker)
+    chainer = faults.Command(["audit_chainer", "--batch-size", "100"], gunicorn.env, tmp_path / "chainer.log")
+    processes.append(chainer)
+    load = start_load(gunicorn.url)
+    catch_up = []
+    with connection.cursor() as cursor:
+        for round_ in range(ROUNDS):
+            load.wait_for_writes(WRITES_BETWEEN)
+            assert faults.pending_events(cursor) > 0
+            if round_:
+                worker.start()
+            async_task("audit.jobs.run_chainer")
+            _kill_mid_batch(worker, cursor)
+            linked_by_job = faults.chain_length(cursor)
+
+            load.wait_for_writes(WRITES_BETWEEN)
+            chainer.start()
+            faults.wait_until(partial(faults.chain_longer_than, cursor, linked_by_job), 60, "the chainer linking")
+            _kill_mid_batch(chainer, cursor)
+            assert faults.pending_events(cursor) > 0, "the batch killed was the last one: nothing left to catch up"
+            result = verify_chain()
+            assert result.ok, result.broken.describe() if result.broken else ""
+
+            # Started again, as the supervisor does: the chainer catches up under the load.
+            chainer.start()
+            restarted_at_event = faults.last_event_id(cursor)
+            catch_up.append(
+                faults.wait_until(
+                    partial(faults.caught_up, cursor, restarted_at_event),
+                    CATCH_UP_BOUND_S,
+                    "the restarted chainer catching up",
+                )
+            )
+            if round_ < ROUNDS - 1:
+                chainer.kill()
+    load.stop()
+    _check(load, connection.cursor, figures)
+    _verify_here()
+    _no_server_error(gunicorn)
+    figures["job_worker_kills"] = ROUNDS
+    figures["chainer_kills"] = ROUNDS
+    figures["chainer_catch_up_max_s"] = max(catch_up)
+    figures.report()
+
+
+@pytest.fixture
+def own_postgres(token: str, tmp_path: Path) -> Iterator[faults.OwnPostgres]:
+    """A PostgreSQL of this test's own (the shared test server must not restart), with a copy of
+    the test database: its schema and its rows, so the token exists there too."""
+    server = faults.OwnPostgres(tmp_path / "own-pg", connection.settings_dict)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_postgres_restart_mid_load_loses_nothing(
+    start_load: Callable[[str], faults.Load],
+    tmp_path: Path,
+    own_postgres: faults.OwnPostgres,
+    processes: list[Gunicorn | faults.Command],
+) -> None:
+    figures = Figures("postgres_restart")
+    gunicorn = Gunicorn(own_postgres.env, workers=2, log=tmp_path / "gunicorn.log")
+    processes.append(gunicorn)
+    gunicorn.start()
+    chainer = faults.Command(["audit_chainer"], gunicorn.env, tmp_path / "chainer.log")
+    processes.append(chainer.start())
+    load = start_load(gunicorn.url)
+    recovery, catch_up = [], []
+    for _ in range(ROUNDS):
+        load.wait_for_writes(WRITES_BETWEEN)
+        restarted_at = time.monotonic()
+        own_postgres.restart()
+        with own_postgres.cursor() as cursor:
+            up_to = faults.last_event_id(cursor)
+        load.wait_for_writes(WRITES_BETWEEN)
+        recovery.append(_recovered(load, restarted_at))
+        with own_postgres.cursor() as cursor:
+            faults.wait_until(
+                partial(faults.caught_up, cursor, up_to),
+                CATCH_UP_BOUND_S,
+                "the chainer reconnecting",
+            )
+        catch_up.append(time.monotonic() - restarted_at)
+    load.stop()
+    _check(load, own_postgres.cursor, figures)
+    verified = subprocess.run(
+        [sys.executable, "manage.py", "audit_verify", "--no-progress"],
+        cwd=settings.BASE_DIR,
+        env=gunicorn.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "awaiting chaining" not in verified.stdout
+    _no_server_error(gunicorn)
+    figures["restarts"] = ROUNDS
+    figures["write_recovery_max_s"] = max(recovery)
+    figures["chainer_catch_up_max_s"] = max(catch_up)
+    figures.report()

@@ -1,0 +1,196 @@
+"""Schema-driven fuzzing: schemathesis sends what the published OpenAPI document allows (and what it
+rules out) to a real gunicorn on the test database, for every operation, with the token of the scope
+the operation needs.
+
+Every answer must be: no 5xx; a documented status code; a body and content type that conform to the
+documented response; no slower than MAX_RESPONSE_SECONDS. `make test` runs a few examples per
+operation (FUZZ_EXAMPLES, 20); `make fuzz` runs a longer campaign (README, "Fuzzing").
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis import Case, Response
+from schemathesis.checks import positive_data_acceptance
+from schemathesis.config import SchemathesisConfig
+
+from patients.models import Patient
+from tests.fuzz_support import (
+    COVERAGE,
+    DERANDOMIZE,
+    EXAMPLES,
+    MAX_RESPONSE_SECONDS,
+    SCHEMA_PATH,
+    operations,
+    persona_for,
+    published_schema,
+)
+from tests.servers import Gunicorn
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DOCUMENT = published_schema()
+# What negative_data_rejection accepts by default for a schema-violating request (400, 401, 403, 404, ...).
+REJECTED = SchemathesisConfig().projects.default.checks.negative_data_rejection.expected_statuses
+CONFIG = SchemathesisConfig.from_dict(
+    {
+        "checks": {"max_response_time": MAX_RESPONSE_SECONDS},
+        "generation": {"mode": "all"},
+        # The coverage phase (boundary values of every constraint) is built while collecting, and the
+        # plain-text patterns make that minutes of CPU: `make fuzz` only.
+        "phases": {"coverage": {"enabled": COVERAGE}},
+        # The batch routes validate each item on its own and refuse a malformed one inside a 207 (their
+        # documented contract: the other items are still written), so a schema-violating item is refused
+        # with a 207, not a 400.
+        "operations": [
+            {
+                "include-name": name,
+                "checks": {"negative_data_rejection": {"expected-statuses": [*REJECTED, "207"]}},
+            }
+            for name in ("POST /api/reasoning/ingest", "POST /api/reasoning/outcomes")
+        ]
+        # A step's `inputs` and `outputs` are free JSON objects whose keys and strings may hold no NUL
+        # (PostgreSQL's jsonb cannot store it; the field's description says so): OpenAPI 3.0 cannot
+        # state that of every key and nested string, so generated ones hold none.
+        + [
+            {"include-name": name, "generation": {"allow-x00": False}}
+            for name in (
+                "POST /api/reasoning/flows/{flow_id}/steps",
+                "POST /api/reasoning/flows/{flow_id}/steps/batch",
+                "POST /api/reasoning/ingest",
+            )
+        ],
+    }
+)
+# Well-formed requests these operations rightly refuse with their documented 400, because the answer
+# depends on what is stored, which no schema can state: a `patient_id` or `flow_id` no row has, a
+# `cursor` the route never issued (a keyset cursor encodes stored values), a tree size or position
+# past the audit tree (or neither/both of `position` and `event`, which parameters cannot express).
+# "Valid data should have been accepted" is waived for exactly these: a 400 whose errors name only
+# these fields; any other 400 on the same operation still fails.
+STATE_DEPENDENT_FIELDS = {
+    "POST /api/reasoning/flows": {"patient_id"},
+    "POST /admin/v1/reasoning/claims-pending-review": {"flow_id"},
+    "GET /admin/v1/reasoning/flows": {"cursor"},
+    "GET /admin/v1/reasoning/sessions": {"cursor"},
+    "GET /admin/v1/reasoning/sessions/{session_id}/replay": {"cursor"},
+    "GET /admin/v1/reasoning/agents/{agent}/review": {"cursor"},
+    "GET /audit/v1/proof/inclusion": {"tree_size", "position", "event"},
+    "GET /audit/v1/proof/consistency": {"from", "to"},
+}
+schema = schemathesis.openapi.from_dict(DOCUMENT, config=CONFIG)
+
+PERSONAS = {(path, method): persona_for(path, method) for path, method in operations(DOCUMENT)}
+SCOPES = {
+    "writer": ("reasoning.write",),
+    "reader": ("reasoning.read",),
+    "admin": ("reasoning.admin",),
+    "auditor": ("audit.read",),
+}
+
+HYPOTHESIS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=DERANDOMIZE,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@pytest.fixture(scope="module")
+def gunicorn(
+    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gunicorn]:
+    """One gunicorn per test module (per xdist worker) on this worker's test database; its log
+    (where a 5xx leaves its traceback) in a temporary file."""
+    with django_db_blocker.unblock():
+        server = Gunicorn(log=tmp_path_factory.mktemp("fuzz") / "gunicorn.log")
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def live(gunicorn: Gunicorn) -> Iterator[str]:
+    """The server's address; a test that fails prints what the server logged meanwhile."""
+    assert gunicorn.log is not None
+    start = gunicorn.log.stat().st_size if gunicorn.log.exists() else 0
+    yield gunicorn.url
+    with gunicorn.log.open("rb") as log:
+        log.seek(start)
+        print(log.read().decode(errors="replace")[-20_000:])
+
+
+@pytest.fixture
+def tokens(make_token: Callable[..., str], consenting_patient: Patient) -> dict[str, str]:
+    """One bearer secret per persona (committed: the live server reads them)."""
+    made = {persona: make_token(*scopes, name=f"fuzz-{persona}") for persona, scopes in SCOPES.items()}
+    made["patient"] = make_token("reasoning.read", name="fuzz-patient", patient_id=consenting_patient.pk)
+    return made
+
+
+def headers_for(case: Case[Any], tokens: dict[str, str]) -> dict[str, str]:
+    persona = PERSONAS[(case.operation.path, case.method.lower())]
+    return {} if persona == "anonymous" else {"Authorization": f"Bearer {tokens[persona]}"}
+
+
+def test_the_live_server_publishes_the_document_being_fuzzed(live: str) -> None:
+    with urllib.request.urlopen(live + SCHEMA_PATH, timeout=30) as answer:  # noqa: S310 (loopback)
+        assert json.loads(answer.read()) == DOCUMENT
+
+
+def test_every_operation_has_a_persona() -> None:
+    assert set(PERSONAS.values()) <= {*SCOPES, "patient", "anonymous"}
+    assert len(PERSONAS) == len(list(schema.get_all_operations()))
+
+
+# Defects the fuzzer found that are not fixed yet: each is a schema-valid request the server refuses
+# with 400 (the schema documents less than the server enforces) or an undocumented answer. Fix the
+# schema annotation (or the route), then delete its line here. Not strict: a short run may not hit it.
+KNOWN_DEFECTS: dict[str, str] = {}
+
+
+@schema.parametrize()
+@HYPOTHESIS
+def test_operation(case: Case[Any], live: str, tokens: dict[str, str], request: pytest.FixtureRequest) -> None:
+    known = KNOWN_DEFECTS.get(f"{case.method.upper()} {case.operation.path}")
+    if known:
+        request.applymarker(pytest.mark.xfail(reason=known, strict=False))
+    headers = headers_for(case, tokens)
+    response = case.call(base_url=live, headers=headers, timeout=30)
+    waived = [positive_data_acceptance] if refused_for_stored_state(case, response) else []
+    case.validate_response(
+        response, headers=headers, excluded_checks=waived, transport_kwargs={"base_url": live, "timeout": 30}
+    )
+
+
+def refused_for_stored_state(case: Case[Any], response: Response) -> bool:
+    """A 400 whose errors name only the operation's STATE_DEPENDENT_FIELDS."""
+    fields = STATE_DEPENDENT_FIELDS.get(f"{case.method.upper()} {case.operation.path}")
+    if not fields or response.status_code != 400:
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and bool(body) and set(body) <= fields
+
+
+@pytest.mark.parametrize("path", ["/audit/v1/events/-1", "/audit/v1/nothing-here", "/v1/nothing-here"])
+def test_an_unknown_audit_or_otlp_path_is_a_json_404(anonymous: Any, path: str) -> None:
+    # Found by the fuzzer: /audit/v1/events/{seq} with a negative seq matched no route and answered
+    # the HTML "Page not found" page, where the schema documents application/json.
+    response = anonymous.get(path)
+
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "Not found."}
