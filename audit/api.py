@@ -43,7 +43,7 @@ def b64(raw: bytes) -> str:
 
 def _int(params: Any, name: str, *, minimum: int, required: bool = True) -> int | None:
     raw = params.get(name)
-    if raw in (None, ""):
+    if raw is None:
         if required:
             raise InvalidInput("is required", field=name)
         return None

@@ -3,6 +3,7 @@ helpers every API module shares: the common error responses and query-parameter 
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -148,13 +149,16 @@ def with_next_page(request: Request, response: Response, next_cursor: str | None
     return response
 
 
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
+
+
 def parse_limit(raw: Any, *, default: int, maximum: int) -> int:
-    if raw in (None, ""):
+    """An absent ``limit`` is the default; a present one, even empty (``?limit=``), must be an integer."""
+    if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidInput("must be an integer", field="limit") from None
+    if not _INTEGER.fullmatch(raw):
+        raise InvalidInput("must be an integer", field="limit")
+    value = int(raw)
     if not 1 <= value <= maximum:
         raise InvalidInput(f"must be between 1 and {maximum}", field="limit")
     return value

@@ -302,6 +302,8 @@ def test_proofs_and_events_need_audit_read_or_admin(auditor: APIClient, operator
         (CONSISTENCY, {"from": "1", "to": "99999999"}, "to"),
         (CONSISTENCY, {"from": "1e3"}, "from"),
         ("/audit/v1/events", {"limit": "5000"}, "limit"),
+        ("/audit/v1/events", {"limit": ""}, "limit"),
+        ("/audit/v1/events", {"start": ""}, "start"),
         ("/audit/v1/checkpoints", {"since": "soon"}, "since"),
     ],
 )

@@ -580,6 +580,8 @@ def test_unknown_flow_id_is_404_and_audits_nothing(
         pytest.param("flow_state=%00", "flow_state", "must be one of", id="flow_state-NUL"),
         pytest.param("limit=abc", "limit", "must be an integer", id="limit-abc"),
         pytest.param("limit=1.5", "limit", "must be an integer", id="limit-float"),
+        pytest.param("limit=", "limit", "must be an integer", id="limit-empty"),
+        pytest.param("limit=%EF%BC%95", "limit", "must be an integer", id="limit-fullwidth-digit"),
         pytest.param("limit=0", "limit", "must be between 1 and 200", id="limit-0"),
         pytest.param("limit=-5", "limit", "must be between 1 and 200", id="limit-negative"),
         pytest.param("limit=201", "limit", "must be between 1 and 200", id="limit-201"),
