@@ -365,6 +365,8 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "reasoning.access.document_write_rate_limit",
+        # How a flow's operations chain (open -> steps -> close -> read), as OpenAPI links.
+        "reasoning.openapi_links.document_flow_links",
     ],
 }
 

@@ -34,6 +34,8 @@ class LabelValidator(RegexValidator):
 label_validator = LabelValidator()
 
 
-def label_schema(*, max_length: int = 100) -> dict[str, object]:
-    """The OpenAPI schema of a query or path parameter the server checks with the label rule."""
-    return {"type": "string", "maxLength": max_length, "pattern": LABEL_PATTERN}
+def label_schema(*, max_length: int = 100, empty_allowed: bool = False) -> dict[str, object]:
+    """The OpenAPI schema of a query or path parameter the server checks with the label rule;
+    ``empty_allowed`` for a filter whose empty value (a form's empty field) means no filter."""
+    pattern = f"^(?:{LABEL_PATTERN[1:-1]})?$" if empty_allowed else LABEL_PATTERN
+    return {"type": "string", "maxLength": max_length, "pattern": pattern}

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit
+from core.api_views import ERRORS, ApiView, limit_parameter, parse_instant, parse_limit
 from core.errors import InvalidInput
 from core.labels import label_schema, label_validator
 from reasoning.auth import IsAdmin
@@ -76,18 +74,6 @@ def parse_agent(raw: str) -> str:
     return raw
 
 
-def parse_before(raw: str | None) -> datetime | None:
-    if raw is None or raw == "":
-        return None
-    try:
-        value = parse_datetime(raw)
-    except ValueError:
-        value = None
-    if value is None or value.tzinfo is None:
-        raise InvalidInput("must be an ISO 8601 date-time with an offset", field="before")
-    return value
-
-
 class AgentDriftView(ApiView):
     permission_classes = [IsAdmin]
     query_parameters = {
@@ -146,7 +132,7 @@ class AgentDriftView(ApiView):
     def get(self, request: Request, agent: str) -> Response:
         name = parse_agent(agent)
         limit = parse_limit(request.query_params.get("limit"), default=DEFAULT_REPORTS, maximum=MAX_REPORTS)
-        before = parse_before(request.query_params.get("before"))
+        before = parse_instant(request.query_params.get("before"), "before")
         reports = DriftReport.objects.filter(agent=name)
         if before is not None:
             reports = reports.filter(session_ended_at__lt=before)

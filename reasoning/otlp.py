@@ -143,6 +143,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.protobuf import json_format, unknown_fields
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
@@ -354,6 +355,7 @@ def _decode_json(body: bytes) -> ExportTraceServiceRequest:
         raise OtlpBodyError(
             f"not an OTLP traces request: the top level has no field named {strangers[0]!r} (expected resourceSpans)"
         )
+    _check_objects(document, ExportTraceServiceRequest.DESCRIPTOR, "")
     _hex_ids_to_base64(document)
     request = ExportTraceServiceRequest()
     try:
@@ -363,6 +365,27 @@ def _decode_json(body: bytes) -> ExportTraceServiceRequest:
     except RecursionError:
         raise OtlpBodyError("not an OTLP traces request: nested too deeply") from None
     return request
+
+
+def _check_objects(document: dict[str, Any], descriptor: Descriptor, path: str) -> None:
+    """Every value where the protocol has a message is a JSON object (or null).
+
+    protobuf's JSON parser reads a string there as an empty message: it iterates the string's
+    characters as field names, and ignoring unknown fields skips every one (the fuzzer found
+    `{"resourceSpans": ["x"]}` acknowledged as an empty export).
+    """
+    for key, value in document.items():
+        field = descriptor.fields_by_camelcase_name.get(key) or descriptor.fields_by_name.get(key)
+        if field is None or field.message_type is None or value is None:
+            continue
+        if field.is_repeated and not isinstance(value, list):
+            continue  # the parser's own message says a list belongs here
+        name = f"{path}.{field.camelcase_name}" if path else field.camelcase_name
+        for index, item in enumerate(value) if field.is_repeated else [(None, value)]:
+            where = name if index is None else f"{name}[{index}]"
+            if not isinstance(item, dict):
+                raise OtlpBodyError(f"not an OTLP traces request: {where} must be an object")
+            _check_objects(item, field.message_type, where)
 
 
 def _parse_error_detail(exc: Exception) -> str:

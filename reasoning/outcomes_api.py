@@ -353,8 +353,9 @@ class AdminSessionListView(ApiView):
         "get": [
             OpenApiParameter(
                 "agent",
-                label_schema(),
-                description="Only sessions in which this agent (a label) made at least one decision.",
+                label_schema(empty_allowed=True),
+                description="Only sessions in which this agent (a label) made at least one decision; empty: "
+                "every session.",
                 examples=[OpenApiExample("Triage", value="triage")],
             ),
             limit_parameter(default=50, maximum=MAX_SESSION_LIST),

@@ -31,6 +31,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from core.api_views import in_utc
 from core.cursors import decode_cursor, encode_cursor, moment
 from core.errors import InvalidInput
 from reasoning.models import ReasoningFlow, ReasoningStep
@@ -168,7 +169,7 @@ def parse_since(raw: str | None) -> datetime | None:
             "must be an ISO 8601 date (2026-03-01) or date-time with an offset (2026-03-01T09:00:00Z)",
             field="since",
         )
-    return value
+    return in_utc(value, "since")
 
 
 def review(agent: str, *, since: datetime | None, limit: int, cursor: str = "") -> ReviewPage:

@@ -10,7 +10,9 @@ operation (FUZZ_EXAMPLES, 20); `make fuzz` runs a longer campaign (README, "Fuzz
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,6 +30,8 @@ from tests.fuzz_support import (
     EXAMPLES,
     MAX_RESPONSE_SECONDS,
     SCHEMA_PATH,
+    STATEFUL_EXAMPLES,
+    body_conforms,
     operations,
     persona_for,
     published_schema,
@@ -45,7 +49,15 @@ CONFIG = SchemathesisConfig.from_dict(
         "generation": {"mode": "all"},
         # The coverage phase (boundary values of every constraint) is built while collecting, and the
         # plain-text patterns make that minutes of CPU: `make fuzz` only.
-        "phases": {"coverage": {"enabled": COVERAGE}},
+        "phases": {
+            "coverage": {"enabled": COVERAGE},
+            # test_flows_statefully: well-formed calls along the documented links only in `make
+            # test`; `make fuzz` adds the links schemathesis infers from names and answers.
+            "stateful": {
+                "generation": {"mode": "positive"},
+                **({} if COVERAGE else {"inference": {"algorithms": []}}),
+            },
+        },
         # The batch routes validate each item on its own and refuse a malformed one inside a 207 (their
         # documented contract: the other items are still written), so a schema-violating item is refused
         # with a 207, not a 400.
@@ -73,11 +85,18 @@ CONFIG = SchemathesisConfig.from_dict(
 # depends on what is stored, which no schema can state: a `patient_id` or `flow_id` no row has, a
 # `cursor` the route never issued (a keyset cursor encodes stored values), a tree size or position
 # past the audit tree (or neither/both of `position` and `event`, which parameters cannot express).
+# An outcome is read by the summary guard, whose content rules (an email address, an ICD-10 code, a
+# dose) no pattern can state either.
 # "Valid data should have been accepted" is waived for exactly these: a 400 whose errors name only
 # these fields; any other 400 on the same operation still fails.
 STATE_DEPENDENT_FIELDS = {
     "POST /api/reasoning/flows": {"patient_id"},
+    # A step's parents must be earlier steps of its flow (reached by the stateful phase, which
+    # adds steps to real flows).
+    "POST /api/reasoning/flows/{flow_id}/steps": {"parent_step_id", "extra_parent_ids"},
+    "POST /api/reasoning/flows/{flow_id}/steps/batch": {"parent_step_id", "extra_parent_ids"},
     "POST /admin/v1/reasoning/claims-pending-review": {"flow_id"},
+    "POST /api/reasoning/flows/{flow_id}/outcome": {"outcome"},
     "GET /admin/v1/reasoning/flows": {"cursor"},
     "GET /admin/v1/reasoning/sessions": {"cursor"},
     "GET /admin/v1/reasoning/sessions/{session_id}/replay": {"cursor"},
@@ -167,9 +186,18 @@ def test_operation(case: Case[Any], live: str, tokens: dict[str, str], request: 
         request.applymarker(pytest.mark.xfail(reason=known, strict=False))
     headers = headers_for(case, tokens)
     response = case.call(base_url=live, headers=headers, timeout=30)
-    waived = [positive_data_acceptance] if refused_for_stored_state(case, response) else []
+    waived = [positive_data_acceptance] if rightly_refused(case, response) else []
     case.validate_response(
         response, headers=headers, excluded_checks=waived, transport_kwargs={"base_url": live, "timeout": 30}
+    )
+
+
+def rightly_refused(case: Case[Any], response: Response) -> bool:
+    """A 400 that is right although schemathesis meant the request to be valid."""
+    if response.status_code != 400:
+        return False
+    return refused_for_stored_state(case, response) or not body_conforms(
+        DOCUMENT, case.operation.definition.raw, case.body
     )
 
 
@@ -182,7 +210,8 @@ def refused_for_stored_state(case: Case[Any], response: Response) -> bool:
         body = response.json()
     except ValueError:
         return False
-    return isinstance(body, dict) and bool(body) and set(body) <= fields
+    # The batch route names an item's field from the body's root: `steps[2].parent_step_id`.
+    return isinstance(body, dict) and bool(body) and {re.sub(r"^steps\[\d+\]\.", "", name) for name in body} <= fields
 
 
 @pytest.mark.parametrize("path", ["/audit/v1/events/-1", "/audit/v1/nothing-here", "/v1/nothing-here"])
@@ -194,3 +223,34 @@ def test_an_unknown_audit_or_otlp_path_is_a_json_404(anonymous: Any, path: str) 
     assert response.status_code == 404
     assert response["Content-Type"] == "application/json"
     assert response.json() == {"detail": "Not found."}
+
+
+# The stateful phase: schemathesis follows the schema's links (reasoning/openapi_links.py) to build
+# whole flows, open -> steps -> close -> outcome -> read, with real ids from real answers.
+def test_flows_statefully(live: str, tokens: dict[str, str], consenting_patient: Patient) -> None:
+    succeeded: Counter[str] = Counter()
+
+    class Flows(schema.as_state_machine()):  # type: ignore[misc]
+        def before_call(self, case: Case[Any]) -> None:
+            # A flow is opened for a patient that exists (a random id is the documented 400).
+            if case.operation.path == "/api/reasoning/flows" and isinstance(case.body, dict):
+                case.body["patient_id"] = str(consenting_patient.pk)
+
+        def get_call_kwargs(self, case: Case[Any]) -> dict[str, Any]:
+            return {"base_url": live, "headers": headers_for(case, tokens), "timeout": 30}
+
+        def after_call(self, response: Response, case: Case[Any]) -> None:
+            if response.status_code < 300:
+                succeeded[case.operation.definition.raw["operationId"]] += 1
+
+        def validate_response(self, response: Response, case: Case[Any], **kwargs: Any) -> None:
+            waived = [positive_data_acceptance] if rightly_refused(case, response) else []
+            case.validate_response(
+                response, headers=kwargs.get("headers"), excluded_checks=waived, transport_kwargs=kwargs
+            )
+
+    Flows.run(settings=settings(HYPOTHESIS, max_examples=STATEFUL_EXAMPLES, stateful_step_count=6))
+
+    print(dict(succeeded))
+    # The scenarios went the whole way: flows opened, given steps, closed, and read back.
+    assert {"flows_create", "steps_create", "flows_close", "admin_flows_read"} <= set(succeeded), succeeded

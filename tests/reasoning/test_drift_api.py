@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -72,6 +72,18 @@ def test_limit_and_before_page_through_the_reports(operator: APIClient) -> None:
 
     assert [r["session_id"] for r in first] == ["critic-4", "critic-3"]
     assert [r["session_id"] for r in second] == ["critic-2", "critic-1"]
+
+
+def test_before_with_an_offset_postgresql_has_no_name_for_still_pages(operator: APIClient) -> None:
+    # Found by the fuzzer: ISO 8601 allows -22:40; PostgreSQL refuses offsets past ±15:59 (a 500).
+    store("critic", 3)
+    newest = operator.get(url("critic"), {"limit": 1}).json()[0]["session_ended_at"]
+    far_west = datetime.fromisoformat(newest).astimezone(timezone(-timedelta(hours=22, minutes=40)))
+
+    response = operator.get(url("critic"), {"before": far_west.isoformat()})
+
+    assert response.status_code == 200
+    assert [r["session_id"] for r in response.json()] == ["critic-1", "critic-0"]
 
 
 def test_unknown_agent_is_an_empty_list(operator: APIClient) -> None:

@@ -441,6 +441,29 @@ def test_a_body_that_is_not_an_otlp_traces_request_is_4xx(
     assert not ReasoningFlow.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("document", "names"),
+    [
+        ({"resourceSpans": ["x"]}, "resourceSpans[0]"),
+        (
+            {"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "a"}, "b"]}]}]},
+            "resourceSpans[0].scopeSpans[0].spans[1]",
+        ),
+        ({"resourceSpans": [{"resource": "r"}]}, "resourceSpans[0].resource"),
+    ],
+)
+def test_otlp_json_with_a_string_where_an_object_belongs_is_400_naming_it(
+    agent: APIClient, document: dict[str, Any], names: str
+) -> None:
+    # Found by the fuzzer: protobuf's JSON parser read such a string as an empty message, and the
+    # export was acknowledged with nothing in it.
+    response = agent.post(URL, document, format="json")
+
+    assert response.status_code == 400, response.content
+    assert f"{names} must be an object" in response.json()["message"]
+    assert not ReasoningFlow.objects.exists() and not PendingSpan.objects.exists()
+
+
 def test_protobuf_of_another_message_type_is_refused(agent: APIClient) -> None:
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
     from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric

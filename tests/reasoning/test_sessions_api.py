@@ -169,6 +169,14 @@ def test_agent_filter_keeps_sessions_the_agent_took_part_in(operator: APIClient,
     assert response.json()[0]["total_decisions"] == 2
 
 
+def test_an_empty_agent_filter_keeps_every_session(operator: APIClient, three_sessions: list[str]) -> None:
+    # A filter form's empty field, as the schema documents (the fuzzer sent it).
+    response = operator.get(URL, {"agent": ""})
+
+    assert response.status_code == 200, response.content
+    assert ids(response) == three_sessions
+
+
 def test_pages_follow_the_cursor_to_the_end(operator: APIClient, three_sessions: list[str]) -> None:
     seen: list[str] = []
     params: dict[str, str] = {"limit": "1"}
