@@ -119,7 +119,10 @@ class Gunicorn:
     """The web server as ``make run`` starts it (``config.gunicorn.command``) on a fixed free port
     against the test database; stop and start it again (an outage) with ``stop()`` / ``start()``.
     ``env`` adds to the server's environment; with ``log``, its stdout and stderr (the access
-    log, the application's log) are appended to that file (``lines()``)."""
+    log, the application's log) are appended to that file (``lines()``).
+
+    A context manager: ``with Gunicorn(env) as gunicorn:`` starts it and stops it however the
+    block ends (also when it never came up)."""
 
     def __init__(self, env: dict[str, str] | None = None, workers: int = 1, log: Path | None = None) -> None:
         self.port = free_port()
@@ -142,7 +145,22 @@ class Gunicorn:
             with self.log.open("ab") as log:
                 self.process = subprocess.Popen(command, cwd=settings.BASE_DIR, env=self.env, stdout=log, stderr=log)
         _wait_for(self.port, self.process)
+        return self.server
+
+    @property
+    def server(self) -> Server:
         return Server("127.0.0.1", self.port)
+
+    def __enter__(self) -> Gunicorn:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def lines(self, text: str) -> list[str]:
         """The lines of the log holding ``text``."""
@@ -165,11 +183,8 @@ class Gunicorn:
 
 def run_gunicorn(env: dict[str, str] | None = None) -> Iterator[Server]:
     """Start the web server (``Gunicorn``) on a free port against the test database; stop it after."""
-    server = Gunicorn(env)
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    with Gunicorn(env) as gunicorn:
+        yield gunicorn.server
 
 
 def _wait_for(port: int, process: subprocess.Popen[bytes]) -> None:

@@ -138,6 +138,35 @@ def _no_server_error(gunicorn: Gunicorn) -> None:
     assert "Traceback" not in log, log[-3000:]
 
 
+def _settle(
+    load: faults.Load,
+    gunicorn: Gunicorn,
+    figures: Figures,
+    cursor_of: Callable[[], Any] | None = None,
+    verify: Callable[[], None] = _verify_here,
+) -> None:
+    """Stop the load, then check: the invariants (``_check``), the chain and tree verify, and the
+    server logged no error. ``cursor_of``: this process's database unless given."""
+    load.stop()
+    _check(load, cursor_of or connection.cursor, figures)
+    verify()
+    _no_server_error(gunicorn)
+
+
+def _verify_by_command(env: dict[str, str]) -> None:
+    """``manage.py audit_verify`` against the database ``env`` names (not this process's)."""
+    verified = subprocess.run(
+        [sys.executable, "manage.py", "audit_verify", "--no-progress"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "awaiting chaining" not in verified.stdout
+
+
 def test_killed_web_workers_and_a_killed_server_lose_nothing(
     start_load: Callable[[str], faults.Load], tmp_path: Path, processes: list[Gunicorn | faults.Command]
 ) -> None:
@@ -180,11 +209,8 @@ def test_killed_web_workers_and_a_killed_server_lose_nothing(
         load.wait_for_writes(WRITES_BETWEEN)
         restart_recovery.append(_recovered(load, started_at))
 
-    load.stop()
+    _settle(load, gunicorn, web)
     assert min(recorded_while_refused) > 0
-    _check(load, connection.cursor, web)
-    _verify_here()
-    _no_server_error(gunicorn)
     web["worker_kills"] = ROUNDS
     web["server_kills"] = ROUNDS
     web["worker_kill_to_write_max_s"] = max(worker_recovery)
@@ -260,10 +286,7 @@ def test_a_job_worker_and_a_chainer_killed_mid_batch_lose_nothing(
             )
             if round_ < ROUNDS - 1:
                 chainer.kill()
-    load.stop()
-    _check(load, connection.cursor, figures)
-    _verify_here()
-    _no_server_error(gunicorn)
+    _settle(load, gunicorn, figures)
     figures["job_worker_kills"] = ROUNDS
     figures["chainer_kills"] = ROUNDS
     figures["chainer_catch_up_max_s"] = max(catch_up)
@@ -310,19 +333,7 @@ def test_a_postgres_restart_mid_load_loses_nothing(
                 "the chainer reconnecting",
             )
         catch_up.append(time.monotonic() - restarted_at)
-    load.stop()
-    _check(load, own_postgres.cursor, figures)
-    verified = subprocess.run(
-        [sys.executable, "manage.py", "audit_verify", "--no-progress"],
-        cwd=settings.BASE_DIR,
-        env=gunicorn.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert "awaiting chaining" not in verified.stdout
-    _no_server_error(gunicorn)
+    _settle(load, gunicorn, figures, own_postgres.cursor, partial(_verify_by_command, gunicorn.env))
     figures["restarts"] = ROUNDS
     figures["write_recovery_max_s"] = max(recovery)
     figures["chainer_catch_up_max_s"] = max(catch_up)

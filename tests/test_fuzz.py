@@ -129,13 +129,8 @@ def gunicorn(
 ) -> Iterator[Gunicorn]:
     """One gunicorn per test module (per xdist worker) on this worker's test database; its log
     (where a 5xx leaves its traceback) in a temporary file."""
-    with django_db_blocker.unblock():
-        server = Gunicorn(log=tmp_path_factory.mktemp("fuzz") / "gunicorn.log")
-        server.start()
-        try:
-            yield server
-        finally:
-            server.stop()
+    with django_db_blocker.unblock(), Gunicorn(log=tmp_path_factory.mktemp("fuzz") / "gunicorn.log") as server:
+        yield server
 
 
 @pytest.fixture

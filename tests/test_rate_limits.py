@@ -340,13 +340,9 @@ BURST_LIMIT = 30
 def server(django_db_setup: None, django_db_blocker: Any) -> Iterator[Gunicorn]:
     """Narrative windows of a day, so a burst of a second or two never straddles a window's end
     (``burst`` makes sure); a write limit of 2 per 3 seconds, for the SDK to wait out."""
-    with django_db_blocker.unblock():
-        gunicorn = Gunicorn({"NARRATIVE_RATE_LIMIT": f"{BURST_LIMIT}/1d", "API_WRITE_RATE_LIMIT": "2/3s"}, workers=2)
-    gunicorn.start()
-    try:
+    env = {"NARRATIVE_RATE_LIMIT": f"{BURST_LIMIT}/1d", "API_WRITE_RATE_LIMIT": "2/3s"}
+    with django_db_blocker.unblock(), Gunicorn(env, workers=2) as gunicorn:
         yield gunicorn
-    finally:
-        gunicorn.stop()
 
 
 def burst(server: Server, path: str, headers: dict[str, str]) -> Counter[int]:

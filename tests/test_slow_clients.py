@@ -43,13 +43,8 @@ def served(
 ) -> Iterator[Gunicorn]:
     log = tmp_path_factory.mktemp("slow") / "server.log"
     env = {"WEB_HEADER_TIMEOUT": str(HEADER_TIMEOUT_S), "WEB_BODY_TIMEOUT": str(BODY_TIMEOUT_S), "WEB_THREADS": "1"}
-    gunicorn = Gunicorn(env, workers=1, log=log)
-    with django_db_blocker.unblock():
-        gunicorn.start()
-        try:
-            yield gunicorn
-        finally:
-            gunicorn.stop()
+    with django_db_blocker.unblock(), Gunicorn(env, workers=1, log=log) as gunicorn:
+        yield gunicorn
 
 
 @pytest.fixture

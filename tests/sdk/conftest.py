@@ -37,12 +37,8 @@ def server_env() -> dict[str, str]:
 
 @pytest.fixture
 def sdk_server(transactional_db: None, server_env: dict[str, str]) -> Iterator[Gunicorn]:
-    server = Gunicorn(server_env)
-    server.start()
-    try:
+    with Gunicorn(server_env) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

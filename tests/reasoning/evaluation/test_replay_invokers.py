@@ -39,12 +39,8 @@ AGENTS = {"researcher": Researcher, "critic": Critic, "correlator": Correlator}
 
 @pytest.fixture
 def server(transactional_db: None) -> Iterator[Gunicorn]:
-    gunicorn = Gunicorn()
-    gunicorn.start()
-    try:
+    with Gunicorn() as gunicorn:
         yield gunicorn
-    finally:
-        gunicorn.stop()
 
 
 @pytest.fixture
