@@ -125,6 +125,14 @@ class Action(StrEnum):
     # An agent's incorrect decisions for a 1:1 review (summaries, rationale): the agent and counts
     ADMIN_AGENT_REVIEW_READ = "admin.reasoning.agent.review_read"
 
+    # External processors (processors/, docs/processors.md): registry changes (key, status,
+    # agreement ref and dates, the reason), and the outbound gate's decisions (key, category, counts).
+    PROCESSOR_REGISTERED = "processor.registered"
+    PROCESSOR_STATUS_CHANGED = "processor.status_changed"
+    PROCESSOR_TEXT_SENT_UNDER_OVERRIDE = "processor.text_sent_under_override"
+    # Once per processor, cause and hour (not per call): the first refused call of the hour
+    PROCESSOR_OUTBOUND_REFUSED = "processor.outbound_refused"
+
 
 # Routine reads: audited, but the admin's audit list hides them unless asked ("kind"), so that
 # changes and sensitive reads (raw reasoning, PHI) are not drowned out.

@@ -160,6 +160,7 @@ INSTALLED_APPS = [
     "reasoning",
     "pathways",
     "research_backlog",
+    "processors",
 ]
 
 MIDDLEWARE = [
@@ -413,6 +414,14 @@ RESEARCH_DISPATCHER_URL = env_str("RESEARCH_DISPATCHER_URL") or ""
 RESEARCH_DISPATCHER_SECRET = env_str("RESEARCH_DISPATCHER_SECRET") or ""
 RESEARCH_DISPATCHER_TIMEOUT_S = env_int("RESEARCH_DISPATCHER_TIMEOUT_S", 30, minimum=1)
 RESEARCH_DISPATCHER_MAX_ATTEMPTS = env_int("RESEARCH_DISPATCHER_MAX_ATTEMPTS", 3, minimum=1)
+# External processors (processors/, docs/processors.md): only "active" ones receive text. The
+# override lets "pending_compliance" ones receive it too, each call audited; development only.
+PROCESSOR_DEV_OVERRIDE = env_bool("PROCESSOR_DEV_OVERRIDE", default=False)
+if PROCESSOR_DEV_OVERRIDE and not DEBUG:
+    raise ImproperlyConfigured(
+        "PROCESSOR_DEV_OVERRIDE is on but DJANGO_DEBUG is off: the override sends text to processors "
+        "without an agreement and is for development only; unset PROCESSOR_DEV_OVERRIDE"
+    )
 if RESEARCH_DISPATCHER_URL:
     from urllib.parse import urlsplit
 

@@ -159,11 +159,15 @@ class _VendorEmbedding:
     3. Any other 4xx fails at once with the status and the vendor's message.
     4. ``data[i].embedding`` is placed by ``data[i].index``, truncated to
        EMBEDDING_DIMENSIONS and renormalised.
+
+    Before any text is sent, the processor registry must allow it (``processors``): a
+    refusal is an EmbeddingError, handled as a vendor outage is.
     """
 
     model_name: str
     dimensions: int = EMBEDDING_DIMENSIONS
     vendor: str
+    processor: str  # the registry key (processors.catalogue)
     default_base_url: str
     max_batch = 256
 
@@ -198,10 +202,22 @@ class _VendorEmbedding:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         items = _as_list(texts)
+        if items:
+            self._ask_registry(len(items))
         vectors: list[list[float]] = []
         for start in range(0, len(items), self.max_batch):
             vectors.extend(self._embed_batch(items[start : start + self.max_batch]))
         return vectors
+
+    def _ask_registry(self, count: int) -> None:
+        # Imported here: this module also runs without Django set up (the hash client).
+        from processors.catalogue import Category
+        from processors.services import ProcessorNotActive, check_outbound
+
+        try:
+            check_outbound(self.processor, category=Category.PATHWAY_TEXT, count=count)
+        except ProcessorNotActive as exc:
+            raise EmbeddingError(f"{self.vendor} embeddings not sent: {exc.detail}") from None
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         payload = self._payload(texts)
@@ -271,6 +287,7 @@ class OpenAIEmbedding(_VendorEmbedding):
 
     model_name = "openai_text_3_small"
     vendor = "OpenAI"
+    processor = "openai"
     default_base_url = "https://api.openai.com/v1"
 
     def _payload(self, texts: list[str]) -> dict[str, Any]:
@@ -287,6 +304,7 @@ class VoyageEmbedding(_VendorEmbedding):
 
     model_name = "voyage_3_5_lite"
     vendor = "Voyage"
+    processor = "voyage"
     default_base_url = "https://api.voyageai.com/v1"
 
     def __init__(self, api_key: str, *, input_type: Literal["document", "query"] = "document", **kwargs: Any) -> None:

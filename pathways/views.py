@@ -14,6 +14,7 @@ from core.access import operator_required
 from core.actors import actor_for
 from pathways.models import MATURE_ACTIVE, MATURE_HIT_COUNT, Pathway
 from pathways.services import MIN_CONFIDENCE, read_library_overview
+from processors.panels import embedding_processor_badge
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ def pathway_library_page(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {
         "stats": stats,
         "configured_model": configured,
+        # The processor that receives the embedded texts, and whether it may (processors registry).
+        "processor": embedding_processor_badge(configured),
         "models": model_rows(stats["by_model"], configured),
         "trigger_types": [
             TriggerTypeRow(kind, active, stats["maturity_by_trigger_type"][kind])

@@ -23,6 +23,9 @@ with ``dispatched_from_backlog`` on the flow it opens, and answers:
 429, 5xx and connection errors are retried with backoff (``Retry-After`` honoured); when
 the attempts run out the row fails with ``dispatcher_unreachable`` or
 ``dispatcher_http_<status>``. Another 4xx fails it with ``dispatcher_http_<status>``.
+
+Nothing is sent unless the processor registry allows it (``processors``, key
+``research_dispatcher``); a refusal fails the row with ``processor_not_active``.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ from django.urls import reverse
 
 from core.http import RetriesExhausted, RetryPolicy, RetryWaitTooLong
 from core.labels import LABEL_PATTERN
+from processors.catalogue import RESEARCH_DISPATCHER, Category
+from processors.services import PROCESSOR_NOT_ACTIVE, ProcessorNotActive, check_outbound
 from research_backlog.models import ResearchRequest
 
 SIGNATURE_HEADER = "X-RFT-Signature"
@@ -138,6 +143,10 @@ class WebhookDispatcher:
         return self._http.post(self._url, content=body, headers=headers)
 
     def dispatch(self, request: ResearchRequest) -> DispatchResult:
+        try:
+            check_outbound(RESEARCH_DISPATCHER, category=Category.RESEARCH_QUESTION, count=1)
+        except ProcessorNotActive:
+            return DispatchResult(error=PROCESSOR_NOT_ACTIVE)
         body = json.dumps(request_document(request), cls=DjangoJSONEncoder, separators=(",", ":")).encode()
         key = f"{request.pk}.{request.retry_count}"
         try:

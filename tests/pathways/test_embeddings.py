@@ -29,10 +29,19 @@ from pathways.embeddings import (
     minilm_projection,
     pathway_text,
 )
+from processors.services import set_status
 from tests.fakes import FakeServer, Received, Reply, Sleeps, serve_fake
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SENSITIVE = "Jane Roe, 1962-04-01, chest pain after the biopsy"
+
+
+@pytest.fixture(autouse=True)
+def _vendors_active(db: None) -> None:
+    """The vendors as a signed agreement leaves them: active in the processor registry
+    (tests/processors covers the refusals)."""
+    for key in ("openai", "voyage"):
+        set_status(key, "active", actor="system:test", reason="test agreement")
 
 
 def cosine(a: list[float] | np.ndarray, b: list[float] | np.ndarray) -> float:

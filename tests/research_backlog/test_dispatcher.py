@@ -25,6 +25,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
+from processors.services import set_status
 from research_backlog import jobs, services
 from research_backlog.dispatcher import DispatchResult, NoDispatcher, WebhookDispatcher, build_dispatcher
 from research_backlog.models import ResearchRequest
@@ -36,6 +37,13 @@ SECRET = "test-dispatcher-secret-0123456789abcdef"
 QUESTION = "Which guideline covers statins for adults over 75?"
 HOOK_PATH = "/hooks/research"
 Status = ResearchRequest.Status
+
+
+@pytest.fixture(autouse=True)
+def _dispatcher_active() -> None:
+    """The dispatcher as a signed agreement leaves it: active in the processor registry
+    (tests/processors covers the refusals)."""
+    set_status("research_dispatcher", "active", actor="system:test", reason="test agreement")
 
 
 # --- The fake dispatcher ------------------------------------------------------------------

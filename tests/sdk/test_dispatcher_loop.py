@@ -18,6 +18,7 @@ from reasoning_flow_sdk import ReasoningFlowRecorder
 from reasoning_flow_sdk.agents import OfflineModel, Researcher
 from reasoning_flow_sdk.dispatcher import Dispatcher, serving
 
+from processors.services import set_status
 from reasoning.models import ReasoningFlow
 from research_backlog import jobs
 from research_backlog.models import ResearchRequest
@@ -54,7 +55,8 @@ def dispatcher_url(sdk_server: Gunicorn, sdk_token: str, tmp_path: Path) -> Iter
 
 @pytest.fixture
 def consumer_settings(settings: Settings, dispatcher_url: str) -> Settings:
-    """The built-in consumer on, pointed at the dispatcher."""
+    """The built-in consumer on, pointed at the dispatcher (active in the processor registry)."""
+    set_status("research_dispatcher", "active", actor="system:test", reason="test agreement")
     settings.BACKLOG_CONSUMER_ENABLED = True
     settings.RESEARCH_DISPATCHER_URL = dispatcher_url
     settings.RESEARCH_DISPATCHER_SECRET = SECRET
