@@ -17,6 +17,9 @@ The body is always read to the end or cut off before Django starts, so everythin
 middleware stack does with ``request.body`` (the 413s, chunked and gzip-encoded bulk bodies)
 is unchanged from a WSGI server.
 
+``/mcp`` (and below) goes to the MCP server's streamable HTTP app instead (``McpRouter``,
+``mcp_server.http``, docs/mcp.md), behind its own ``BufferedBody``; everything else to Django.
+
 ``django_asgi_application`` is Django's own ASGI handler, unused by ``make run``: it runs
 sync views in one thread per process too, and bypasses the WSGI-only body handling in
 ``core.middleware``.
@@ -161,9 +164,32 @@ def _terminated_input(wsgi_app: Callable[..., Any]) -> Callable[..., Any]:
     return app
 
 
+class McpRouter:
+    """``/mcp`` to the MCP server's streamable HTTP app (``mcp_server.http``), everything else to
+    Django. The MCP app gets the same body deadline and size cap: its body is read whole first."""
+
+    def __init__(self, django: ASGIApp, mcp: ASGIApp) -> None:
+        self.django = django
+        self.mcp = mcp
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == MCP_PATH or path.startswith(MCP_PATH + "/")):
+            await self.mcp(scope, receive, send)
+            return
+        await self.django(scope, receive, send)
+
+
+MCP_PATH = "/mcp"
+
+
 def build_application(threads: int = THREADS, body_timeout_s: float = BODY_TIMEOUT_S) -> ASGIApp:
     wsgi = WSGIMiddleware(_terminated_input(get_wsgi_application()), workers=threads)
-    return BufferedBody(wsgi, body_timeout_s)  # type: ignore[arg-type]
+    # Imported once Django is set up (get_wsgi_application): the MCP tools use its models.
+    from mcp_server.http import McpHttpApp
+
+    mcp = BufferedBody(McpHttpApp(), body_timeout_s)  # type: ignore[arg-type]
+    return McpRouter(BufferedBody(wsgi, body_timeout_s), mcp)  # type: ignore[arg-type]
 
 
 application = build_application()

@@ -161,6 +161,8 @@ INSTALLED_APPS = [
     "pathways",
     "research_backlog",
     "processors",
+    # The MCP server (docs/mcp.md): tools over the routes of the apps above.
+    "mcp_server",
 ]
 
 MIDDLEWARE = [
