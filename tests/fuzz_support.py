@@ -25,7 +25,7 @@ MAX_RESPONSE_SECONDS = 5.0
 # Examples per operation: small in `make test`, larger under `make fuzz` (FUZZ_EXAMPLES=500).
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "20"))
 # Steps of the stateful (links) phase: a handful of scenarios in `make test`.
-STATEFUL_EXAMPLES = int(os.environ.get("FUZZ_STATEFUL_EXAMPLES", str(max(EXAMPLES // 4, 5))))
+STATEFUL_EXAMPLES = int(os.environ.get("FUZZ_STATEFUL_EXAMPLES", str(max(EXAMPLES // 2, 5))))
 # The coverage phase (every documented boundary, every unexpected method) under `make fuzz`.
 COVERAGE = os.environ.get("FUZZ_COVERAGE", "0").lower() in ("1", "true", "yes")
 # `make test` replays the same examples every run (a failure reproduces); `make fuzz` explores

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
+import anyio
 import pytest
 from mcp import ClientSession, MCPError, types
 
 from audit.models import AuditEvent
 from pathways.models import Pathway
 from reasoning.models import ReasoningFlow
+
+T = TypeVar("T")
 
 # Planted as a step's raw chain-of-thought: no tool result or resource may ever show it.
 COT_MARKER = "COT-MARKER-7f3c1d"
@@ -27,6 +32,14 @@ TOOLS = {
     "get_flow",
     "backlog_status",
 }
+
+
+def run_async(main: Callable[[], Awaitable[T]]) -> T:
+    """``anyio.run(main)`` on a thread of its own: the test's thread may already run an event loop
+    (Playwright's sync API keeps one running for the whole session once a browser test ran in
+    this worker), and an event loop cannot be started inside another."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(anyio.run, main).result()
 
 
 def text_of(result: types.CallToolResult) -> str:

@@ -7,7 +7,6 @@ import json
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 from mcp import ClientSession
@@ -38,7 +37,7 @@ def over_http(served: Gunicorn, token: str, run: Callable[[ClientSession], Await
             await session.initialize()
             return await run(session)
 
-    return anyio.run(main)
+    return scenario.run_async(main)
 
 
 def test_a_whole_flow_is_recorded_through_the_tools(served: Gunicorn, make_token: Callable[..., str]) -> None:

@@ -8,7 +8,6 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
 import pytest
 from django.conf import settings
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -34,7 +33,7 @@ def over_stdio(token: str, run: Callable[[ClientSession], Awaitable[Any]]) -> An
             await session.initialize()
             return await run(session)
 
-    return anyio.run(main)
+    return scenario.run_async(main)
 
 
 def test_a_whole_flow_is_recorded_through_the_tools(make_token: Callable[..., str]) -> None:
