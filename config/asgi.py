@@ -28,7 +28,6 @@ sync views in one thread per process too, and bypasses the WSGI-only body handli
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
@@ -39,6 +38,8 @@ from a2wsgi import WSGIMiddleware
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 from django.core.wsgi import get_wsgi_application
+
+from core.asgi import answer_json
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -144,15 +145,7 @@ def _closing(send: Send) -> Send:
 
 
 async def _answer(send: Send, status: int, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-        (b"cache-control", b"no-store"),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await answer_json(send, status, detail, close=True)
 
 
 def _terminated_input(wsgi_app: Callable[..., Any]) -> Callable[..., Any]:

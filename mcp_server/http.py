@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -21,6 +20,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from rest_framework import exceptions
 
+from core.asgi import answer_json
 from mcp_server.resources import authenticate
 from mcp_server.server import build_server
 
@@ -82,12 +82,4 @@ class McpHttpApp:
 
 
 async def _unauthorized(send: Any, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"www-authenticate", b'Bearer realm="api"'),
-        (b"cache-control", b"no-store"),
-    ]
-    await send({"type": "http.response.start", "status": 401, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await answer_json(send, 401, detail, close=False, headers=[(b"www-authenticate", b'Bearer realm="api"')])
