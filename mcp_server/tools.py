@@ -222,7 +222,18 @@ def input_schema(spec: ToolSpec) -> dict[str, Any]:
 
 
 def call_tool(name: str, arguments: Mapping[str, Any], token: str | None, client: str = "127.0.0.1") -> ToolAnswer:
-    """Run tool ``name`` as its route, for the caller holding ``token``."""
+    """Run tool ``name`` as its route, for the caller holding ``token``: a server's entry point,
+    which (like a request) drops stale database connections before and after the call."""
+    close_old_connections()
+    try:
+        return run_tool(name, arguments, token, client)
+    finally:
+        close_old_connections()
+
+
+def run_tool(name: str, arguments: Mapping[str, Any], token: str | None, client: str = "127.0.0.1") -> ToolAnswer:
+    """Run tool ``name`` as its route on the current connection (``load_demo`` calls it inside
+    its own transaction; servers call ``call_tool``)."""
     spec = BY_NAME.get(name)
     if spec is None:
         return _refused({"detail": f"Unknown tool {name!r}."})
@@ -247,15 +258,12 @@ def call_tool(name: str, arguments: Mapping[str, Any], token: str | None, client
             query[field] = json.dumps(value) if isinstance(value, bool) else str(value)
     else:
         body = arguments
-    close_old_connections()
     try:
         return _dispatch(spec.method.upper(), path, query, body, token, client)
     except Exception:
         # What the route would answer as a 500 (core.api.server_error): logged, never a crash of the session.
         logger.exception("MCP tool %s failed", name)
         return _refused({"detail": "Internal server error."})
-    finally:
-        close_old_connections()
 
 
 def _dispatch(

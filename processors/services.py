@@ -8,7 +8,7 @@ processor may receive the text and raises ``ProcessorNotActive`` otherwise.
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -25,6 +25,8 @@ PROCESSOR_NOT_ACTIVE = "processor_not_active"
 # The gate's decisions are written by whatever process sends the text (a web worker, a job).
 GATE_ACTOR = "system:processor_gate"
 REASON_MAX = 200
+# How long the once-an-hour refusal rows are kept (they only decide who audits the current hour).
+REFUSAL_ROWS_KEPT = timedelta(days=1)
 
 
 class ProcessorNotActive(ServiceError):
@@ -200,6 +202,9 @@ def _record_refusal(key: str, cause: str, *, category: str, count: int) -> None:
         )
         if cursor.fetchone() is None:
             return
+        # The rows only decide who audits the current hour; keep a day of them to look at and
+        # drop the rest here, at most once per processor, cause and hour (the audit event stays).
+        cursor.execute("DELETE FROM processors_processorrefusal WHERE hour < %s", [hour - REFUSAL_ROWS_KEPT])
         record(
             Action.PROCESSOR_OUTBOUND_REFUSED,
             actor=GATE_ACTOR,

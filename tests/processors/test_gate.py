@@ -55,6 +55,21 @@ def test_a_refusal_is_audited_once_per_processor_cause_and_hour() -> None:
     assert ProcessorRefusal.objects.count() == 3
 
 
+def test_refusal_rows_older_than_a_day_are_dropped_and_their_events_stay() -> None:
+    registered("openai", Status.REVOKED)
+    with time_machine.travel(T0, tick=False):
+        refuse("openai")
+        refuse("voyage")
+    with time_machine.travel(T0 + timedelta(hours=23), tick=False):
+        refuse("openai")  # within a day: the 09:00 rows stay
+    assert ProcessorRefusal.objects.count() == 3
+    with time_machine.travel(T0 + timedelta(days=1, hours=1), tick=False):
+        refuse("openai")
+    kept = sorted((row.processor_key, row.hour.hour) for row in ProcessorRefusal.objects.all())
+    assert kept == [("openai", 8), ("openai", 10)]  # 2026-03-03 08:00 and 10:00
+    assert len(events(REFUSED)) == 4
+
+
 def test_a_new_cause_in_the_same_hour_is_audited_again() -> None:
     with time_machine.travel(T0, tick=False):
         assert refuse("openai") == "not_registered"
