@@ -92,6 +92,31 @@ DB_UNAVAILABLE_RETRY_AFTER_S = env_int("DB_UNAVAILABLE_RETRY_AFTER_S", 5, minimu
 # Lets parallel test runs on one server use separate test databases.
 _db["TEST"] = {"NAME": env_str("RFT_TEST_DB_NAME")}
 DATABASES = {"default": _db}
+
+# An optional streaming read replica (docs/deploy.md, "Read replica"): core.replica routes the
+# dashboards', stats', session/turn/drift and export reads there; every write and every
+# read-after-write stays on the primary.
+_replica_url = env_str("DATABASE_REPLICA_URL")
+if _replica_url:
+    try:
+        _replica = dj_database_url.parse(_replica_url)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_REPLICA_URL is not a valid database URL: {exc}") from exc
+    if _replica.get("ENGINE") != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("DATABASE_REPLICA_URL must point at PostgreSQL (postgres:// or postgresql://)")
+    if _replica.get("NAME") != _db.get("NAME"):
+        raise ImproperlyConfigured(
+            f"DATABASE_REPLICA_URL names database {_replica.get('NAME')!r}, DATABASE_URL {_db.get('NAME')!r}: "
+            "a replica holds the same database"
+        )
+    _replica["CONN_MAX_AGE"] = _db["CONN_MAX_AGE"]
+    _replica["CONN_HEALTH_CHECKS"] = _db["CONN_HEALTH_CHECKS"]
+    # Tests run against the primary's test database under this alias too.
+    _replica["TEST"] = {"MIRROR": "default"}
+    DATABASES["replica"] = _replica
+DATABASE_ROUTERS = ["core.replica.ReplicaRouter"]
+# After a successful write request a browser reads only from the primary for this long.
+DATABASE_REPLICA_PIN_SECONDS = env_int("DATABASE_REPLICA_PIN_SECONDS", 10, minimum=1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 
@@ -183,6 +208,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Runs the listed read views inside core.replica.replica_reads() (a no-op without a replica).
+    "core.replica.ReplicaReadsMiddleware",
     # Last (django-axes asks for it): turns a locked-out login into the lockout page (429).
     "axes.middleware.AxesMiddleware",
 ]

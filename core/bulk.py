@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import psycopg
 from django.contrib.postgres.fields import ArrayField
 from django.db import connection, models
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 
@@ -149,16 +150,18 @@ def insert_rows(objs: Sequence[models.Model]) -> None:
 
 
 @contextmanager
-def bound_cursor() -> Iterator[CursorWrapper]:
+def bound_cursor(db: BaseDatabaseWrapper | None = None) -> Iterator[CursorWrapper]:
     """A cursor of the request's connection (so: its transaction) that sends parameters apart
     from the statement (server-side binding, binary where psycopg can) instead of quoting
     them into its text as Django's psycopg cursors do: for a statement of a few large
     arrays that quoting costs more than the insert. Wrapped as ``connection.cursor()`` wraps
-    its own, so Django's query log and instrumentation see the statement."""
-    connection.ensure_connection()
-    raw = psycopg.Cursor(connection.connection)
+    its own, so Django's query log and instrumentation see the statement. ``db``: another
+    connection than the default one (a read: ``core.replica.reading_connection()``)."""
+    db = db or connection
+    db.ensure_connection()
+    raw = psycopg.Cursor(db.connection)
     # Django's backend API, unstubbed: what connection.cursor() does with the cursor it creates.
-    cursor: CursorWrapper = connection._prepare_cursor(raw)  # type: ignore[attr-defined]
+    cursor: CursorWrapper = db._prepare_cursor(raw)  # type: ignore[attr-defined]
     try:
         yield cursor
     finally:

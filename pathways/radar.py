@@ -16,9 +16,9 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
 from django.utils import timezone
 
+from core.replica import reading_connection
 from pathways.models import MATURE_ACTIVE, MATURE_HIT_COUNT, Maturity, Pathway, maturity
 from reasoning.dimensions import LOW_CONFIDENCE, DimensionInputs, radar
 from reasoning.models import ReasoningFlow
@@ -33,7 +33,7 @@ def family_maturity(trigger_types: Sequence[str]) -> dict[str, Maturity]:
     types = sorted(set(trigger_types))
     if not types:
         return {}
-    with connection.cursor() as cursor:
+    with reading_connection().cursor() as cursor:
         cursor.execute(
             """
             SELECT t.kind,
@@ -106,7 +106,7 @@ def candidate_radars(pathways: Sequence[Pathway], *, now: datetime | None = None
     if not pathways:
         return []
     now = now or timezone.now()
-    with connection.cursor() as cursor:
+    with reading_connection().cursor() as cursor:
         cursor.execute(RADAR_INPUTS_SQL, [VERDICT_KIND, ReasoningFlow.State.ABORTED.value, [p.pk for p in pathways]])
         columns = [column.name for column in cursor.description or ()]
         rows = {row["id"]: row for row in (dict(zip(columns, values, strict=True)) for values in cursor.fetchall())}

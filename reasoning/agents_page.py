@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_safe
 
 from core.access import operator_required
+from core.replica import reading_connection
 
 SPARK_SESSIONS = 20
 SPARK_WIDTH = 120
@@ -122,7 +122,7 @@ class AgentRow:
 
 def agent_rows(agent: str = "") -> list[AgentRow]:
     """Every agent that has a flow, alphabetically, or only ``agent`` (one query)."""
-    with connection.cursor() as cursor:
+    with reading_connection().cursor() as cursor:
         cursor.execute(_AGENTS, {"sessions": SPARK_SESSIONS, "agent": agent})
         rows = cursor.fetchall()
     result = []

@@ -33,10 +33,10 @@ from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import Count, Q
 from django.urls import reverse
 
+from core.replica import reading_connection
 from core.templatetags.durations import format_duration
 from reasoning import charts
 from reasoning.models import ReasoningFlow
@@ -182,7 +182,7 @@ def _params(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> dict[st
 
 
 def _hours(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> list[StateCounts]:
-    with connection.cursor() as cursor:
+    with reading_connection().cursor() as cursor:
         cursor.execute(
             """
             WITH buckets AS (
@@ -204,7 +204,7 @@ def _hours(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> list[Sta
 
 
 def _days(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> list[Day]:
-    with connection.cursor() as cursor:
+    with reading_connection().cursor() as cursor:
         cursor.execute(
             """
             WITH buckets AS (
@@ -260,7 +260,7 @@ def step_bucket_labels() -> list[str]:
 
 
 def _step_buckets(since: datetime) -> list[StepBucket]:
-    with connection.cursor() as cursor:
+    with reading_connection().cursor() as cursor:
         # width_bucket: 0 below the first bound (no steps), i for [bound i, bound i+1), the last for 64+.
         cursor.execute(
             "SELECT width_bucket(step_count, %s::int[]), count(*) FROM reasoning_flow "
@@ -272,7 +272,7 @@ def _step_buckets(since: datetime) -> list[StepBucket]:
 
 
 def _usage(since: datetime) -> list[Usage]:
-    with connection.cursor() as cursor:
+    with reading_connection().cursor() as cursor:
         cursor.execute(
             """
             SELECT agent, model, count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),

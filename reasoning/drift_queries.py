@@ -13,8 +13,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 
-from django.db import connection
-
+from core.replica import reading_connection
 from reasoning.drift import SessionStats
 from reasoning.models import DriftReport
 
@@ -55,7 +54,7 @@ def completed_sessions(agent: str | None = None) -> dict[str, list[SessionStats]
     sql = _SESSION_AGGREGATES.format(agent_filter="AND f.agent = %(agent)s" if agent is not None else "")
     params = {"escalated": ESCALATED_OUTCOME, "kind": ESCALATION_STEP_KIND, "agent": agent}
     by_agent: dict[str, list[SessionStats]] = defaultdict(list)
-    with connection.cursor() as cursor:
+    with reading_connection().cursor() as cursor:
         cursor.execute(sql, params)
         for name, session_id, decisions, confidence, escalations, correct, incorrect, ended_at, mix in cursor:
             # Django's psycopg setup hands jsonb over as text.

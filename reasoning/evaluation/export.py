@@ -33,11 +33,12 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from django.db import connection, models, transaction
+from django.db import models, transaction
 from django.db.models import Case, ExpressionWrapper, F, Q, When
 from django.db.models.functions import Coalesce
 
 from core.bulk import bound_cursor
+from core.replica import reading_connection
 from reasoning.evaluation import InputError
 from reasoning.models import FlowQuerySet, ReasoningFlow
 from reasoning.radar import LibraryFacts, library_facts_of
@@ -150,7 +151,7 @@ def flow_values(
 def steps_of(flow_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[StepTuple]]:
     """The exported columns of the steps of ``flow_ids`` (``STEPS_SQL``), in order, by flow: one query."""
     by_flow: dict[uuid.UUID, list[StepTuple]] = {flow_id: [] for flow_id in flow_ids}
-    with bound_cursor() as cursor:
+    with bound_cursor(reading_connection()) as cursor:
         cursor.execute(STEPS_SQL, [list(flow_ids)])
         for row in cursor.fetchall():
             by_flow[row[0]].append(row)
@@ -288,11 +289,13 @@ def count_raw(filters: ExportFilters) -> int:
 def read_snapshot() -> Iterator[None]:
     """A read-only transaction in which every query sees one snapshot (REPEATABLE READ):
     the cursor's flows and each chunk's steps and facts agree, and the export cannot write.
-    Nested in a caller's transaction (tests), it is a savepoint of that one."""
-    outermost = not connection.in_atomic_block
-    with transaction.atomic():
+    Nested in a caller's transaction (tests), it is a savepoint of that one. Inside
+    ``core.replica.replica_reads()`` (``reasoning_export``) the snapshot is the replica's."""
+    reading = reading_connection()
+    outermost = not reading.in_atomic_block
+    with transaction.atomic(using=reading.alias):
         if outermost:
-            with connection.cursor() as cursor:
+            with reading.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         yield
 

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from audit.services import payload_float
 from core.labels import LABEL_PATTERN
+from core.replica import replica_reads
 from reasoning import services
 from reasoning.evaluation import EXIT_USAGE, InputError
 from reasoning.evaluation import dpo as dpo_pairs
@@ -165,7 +166,10 @@ class Command(BaseCommand):
             with output(request.out) as handle:
                 write = handle.write if handle is not None else self._write_stdout
                 started = time.monotonic()
-                rows, written, counts = self._export(request, write)
+                # Read from the replica when one is configured (DATABASE_REPLICA_URL); the audit
+                # event below is written on the primary, after the scope.
+                with replica_reads():
+                    rows, written, counts = self._export(request, write)
                 seconds = time.monotonic() - started
                 if handle is not None:
                     handle.flush()  # a full disk fails the export here, before it is audited
