@@ -45,29 +45,32 @@ if EMBEDDED_DATABASE:
         raise ImproperlyConfigured("DATABASE_MIGRATION_URL is set but DATABASE_URL is not: set both, or neither")
     _database_url, _migration_url = embedded_database_url(DATA_DIR, env_str("RFT_EMBEDDED_DB_NAME") or "reasoning_flow")
 
-try:
-    _db = dj_database_url.parse(str(_database_url))
-except ValueError as exc:
-    raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from exc
-if _db.get("ENGINE") != "django.db.backends.postgresql":
-    raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL (postgres:// or postgresql://)")
+
+def _postgres_url(variable: str, url: str, *, same_database_as: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``url`` parsed into Django's database settings; refused, naming ``variable``, unless it is
+    PostgreSQL (and, with ``same_database_as``, names that configuration's database)."""
+    try:
+        parsed: dict[str, Any] = dict(dj_database_url.parse(url))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{variable} is not a valid database URL: {exc}") from exc
+    if parsed.get("ENGINE") != "django.db.backends.postgresql":
+        raise ImproperlyConfigured(f"{variable} must point at PostgreSQL (postgres:// or postgresql://)")
+    if same_database_as is not None and parsed.get("NAME") != same_database_as.get("NAME"):
+        raise ImproperlyConfigured(
+            f"{variable} names database {parsed.get('NAME')!r}, DATABASE_URL {same_database_as.get('NAME')!r}: "
+            "they must be the same database"
+        )
+    return parsed
+
+
+_db = _postgres_url("DATABASE_URL", str(_database_url))
 if EMBEDDED_DATABASE:
     # The embedded server listens on a Unix socket only; keep the project's own database.
     _db["HOST"] = _db.get("OPTIONS", {}).pop("host", "")
 # The owner's credentials and address (same database name): see audit/privileges.py.
 DATABASE_MIGRATION: dict[str, Any] | None = None
 if _migration_url:
-    try:
-        _owner = dj_database_url.parse(_migration_url)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"DATABASE_MIGRATION_URL is not a valid database URL: {exc}") from exc
-    if _owner.get("ENGINE") != "django.db.backends.postgresql":
-        raise ImproperlyConfigured("DATABASE_MIGRATION_URL must point at PostgreSQL (postgres:// or postgresql://)")
-    if _owner.get("NAME") != _db.get("NAME"):
-        raise ImproperlyConfigured(
-            f"DATABASE_MIGRATION_URL names database {_owner.get('NAME')!r}, DATABASE_URL {_db.get('NAME')!r}: "
-            "they must be the same database"
-        )
+    _owner = _postgres_url("DATABASE_MIGRATION_URL", _migration_url, same_database_as=_db)
     if not _owner.get("USER") or _owner.get("USER") == _db.get("USER"):
         raise ImproperlyConfigured("DATABASE_MIGRATION_URL must name the owner role, not DATABASE_URL's role")
     _owner_options = dict(_owner.get("OPTIONS") or {})
@@ -98,17 +101,7 @@ DATABASES = {"default": _db}
 # read-after-write stays on the primary.
 _replica_url = env_str("DATABASE_REPLICA_URL")
 if _replica_url:
-    try:
-        _replica = dj_database_url.parse(_replica_url)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"DATABASE_REPLICA_URL is not a valid database URL: {exc}") from exc
-    if _replica.get("ENGINE") != "django.db.backends.postgresql":
-        raise ImproperlyConfigured("DATABASE_REPLICA_URL must point at PostgreSQL (postgres:// or postgresql://)")
-    if _replica.get("NAME") != _db.get("NAME"):
-        raise ImproperlyConfigured(
-            f"DATABASE_REPLICA_URL names database {_replica.get('NAME')!r}, DATABASE_URL {_db.get('NAME')!r}: "
-            "a replica holds the same database"
-        )
+    _replica = _postgres_url("DATABASE_REPLICA_URL", _replica_url, same_database_as=_db)
     _replica["CONN_MAX_AGE"] = _db["CONN_MAX_AGE"]
     _replica["CONN_HEALTH_CHECKS"] = _db["CONN_HEALTH_CHECKS"]
     # Tests run against the primary's test database under this alias too.
