@@ -15,10 +15,18 @@ REPEATABLE READ snapshot is then the replica's). Even there, a read stays on the
 Every write goes to the primary (``db_for_write``); the replica has no migrations. Raw SQL reads
 take their connection from ``reading_connection()``. With no replica configured every function
 here answers the primary and the router is a no-op.
+
+A replica that cannot be reached is not an outage: a scope that cannot connect to it reads
+from the primary, and the process does not try the replica again for ``REPLICA_RETRY_S``
+seconds (one log line each time it gives up on it). A replica that dies while a request reads
+from it fails that request like a database outage (503 with ``Retry-After``); the next ones
+read from the primary.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -26,11 +34,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest, HttpResponse
 
+logger = logging.getLogger(__name__)
+
 REPLICA = "replica"
+# After failing to connect to the replica, read from the primary for this long before trying again.
+REPLICA_RETRY_S = 10.0
 PIN_COOKIE = "rft_primary"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 
@@ -59,20 +71,42 @@ REPLICA_VIEWS = frozenset(
 
 @dataclass
 class _Scope:
+    usable: bool  # the replica answered when the scope opened
     wrote: bool = False
 
 
 _scope: ContextVar[_Scope | None] = ContextVar("replica_scope", default=None)
+_unreachable_until = 0.0  # per process (time.monotonic())
 
 
 def configured() -> bool:
     return REPLICA in connections.settings
 
 
+def _reachable() -> bool:
+    """Whether this thread has (or can open) a connection to the replica; cheap when it has one."""
+    global _unreachable_until
+    if not configured() or time.monotonic() < _unreachable_until:
+        return False
+    try:
+        connections[REPLICA].ensure_connection()
+    except (OperationalError, InterfaceError) as exc:
+        _unreachable_until = time.monotonic() + REPLICA_RETRY_S
+        cause = exc.__cause__ or exc
+        logger.warning(
+            "read replica unreachable (%s: %s): reading from the primary for %.0f s",
+            type(cause).__name__,
+            (str(cause).strip().splitlines() or [""])[0][:300],
+            REPLICA_RETRY_S,
+        )
+        return False
+    return True
+
+
 @contextmanager
 def replica_reads() -> Iterator[None]:
-    """Let the reads in this block go to the replica (when one is configured)."""
-    token = _scope.set(_Scope())
+    """Let the reads in this block go to the replica (when one is configured and reachable)."""
+    token = _scope.set(_Scope(usable=_reachable()))
     try:
         yield
     finally:
@@ -81,7 +115,7 @@ def replica_reads() -> Iterator[None]:
 
 def _read_alias() -> str:
     scope = _scope.get()
-    if scope is None or scope.wrote or not configured() or connections[DEFAULT_DB_ALIAS].in_atomic_block:
+    if scope is None or not scope.usable or scope.wrote or connections[DEFAULT_DB_ALIAS].in_atomic_block:
         return DEFAULT_DB_ALIAS
     return REPLICA
 

@@ -258,6 +258,10 @@ class StreamingReplica:
                 self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def stop(self) -> None:
+        """Shut the replica down (a replica host that went away); ``__exit__`` still cleans up."""
+        self._run("pg_ctl", "-w", "-D", str(self.data), "-m", "fast", "stop")
+
     def url(self, database: str, user: str) -> str:
         return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
 

@@ -93,6 +93,26 @@ def test_replica_views_read_the_replica_and_everything_else_the_primary(
     assert sessions[0][0] >= 1  # the web server holds a connection to the replica
 
 
+def test_a_replica_that_goes_away_costs_at_most_one_answer_then_reads_come_from_the_primary(
+    web: Server, replica: StreamingReplica, make_token: Callable[..., str]
+) -> None:
+    token = make_token("reasoning.write", "reasoning.admin")
+    trace = f"replica-{uuid.uuid4().hex[:8]}"
+    first = open_flow(web, token, trace)
+    replica.caught_up()
+    assert listed(web, token, trace) == {first}  # the worker now holds a replica connection
+    replica.stop()
+    second = open_flow(web, token, trace)
+    answers = [
+        web.request("GET", f"/admin/v1/reasoning/flows?trace_id={trace}", None, headers(token)) for _ in range(3)
+    ]
+    # The request on the dead connection may fail as an outage does; the next ones read the primary.
+    assert answers[0].status in (200, 503)
+    for answer in answers[1:]:
+        assert answer.status == 200, answer.body
+        assert {row["id"] for row in answer.json()} == {first, second}
+
+
 def test_a_write_request_pins_the_browser_to_the_primary(web: Server, make_token: Callable[..., str]) -> None:
     token = make_token("reasoning.write")
     body = json.dumps({"trigger_type": "user_question"}).encode()
