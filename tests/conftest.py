@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import time_machine
@@ -216,7 +216,7 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
     if owner:
         connections["default"].close()
         for databases in (settings.DATABASES["default"], connections["default"].settings_dict):
-            cast(dict[str, Any], databases).update(owner)
+            databases.update(owner)
 
 
 class DatabaseClock:
