@@ -266,10 +266,11 @@ class StreamingReplica:
         return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
 
     def execute(self, sql: str, database: str = "postgres") -> list[tuple[Any, ...]]:
+        """Run one SELECT on the replica (a standby answers reads only); its rows."""
         import psycopg
 
         with psycopg.connect(self.url(database, "postgres"), autocommit=True) as conn:
-            return list(conn.execute(sql.encode()).fetchall()) if sql.lstrip().upper().startswith("SELECT") else []
+            return list(conn.execute(sql.encode()).fetchall())
 
     def pause(self) -> None:
         self.execute("SELECT pg_wal_replay_pause()")

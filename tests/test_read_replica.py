@@ -64,14 +64,20 @@ def listed(web: Server, token: str, trace_id: str, **extra: str) -> set[str]:
     return {row["id"] for row in answer.json()}
 
 
-def test_replica_views_read_the_replica_and_everything_else_the_primary(
-    web: Server, replica: StreamingReplica, make_token: Callable[..., str]
-) -> None:
-    token = make_token("reasoning.write", "reasoning.admin")
+def flow_on_both(web: Server, replica: StreamingReplica, token: str) -> tuple[str, str]:
+    """A new trace with one flow, replicated and listed; returns the trace id and the flow id."""
     trace = f"replica-{uuid.uuid4().hex[:8]}"
     first = open_flow(web, token, trace)
     replica.caught_up()
     assert listed(web, token, trace) == {first}
+    return trace, first
+
+
+def test_replica_views_read_the_replica_and_everything_else_the_primary(
+    web: Server, replica: StreamingReplica, make_token: Callable[..., str]
+) -> None:
+    token = make_token("reasoning.write", "reasoning.admin")
+    trace, first = flow_on_both(web, replica, token)
 
     replica.pause()  # from here on the replica lags
     second = open_flow(web, token, trace)  # the write succeeds: it went to the primary
@@ -97,10 +103,7 @@ def test_a_replica_that_goes_away_costs_at_most_one_answer_then_reads_come_from_
     web: Server, replica: StreamingReplica, make_token: Callable[..., str]
 ) -> None:
     token = make_token("reasoning.write", "reasoning.admin")
-    trace = f"replica-{uuid.uuid4().hex[:8]}"
-    first = open_flow(web, token, trace)
-    replica.caught_up()
-    assert listed(web, token, trace) == {first}  # the worker now holds a replica connection
+    trace, first = flow_on_both(web, replica, token)  # the worker now holds a replica connection
     replica.stop()
     second = open_flow(web, token, trace)
     answers = [
