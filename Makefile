@@ -66,7 +66,7 @@ test: lint db browser
 faults: db
 	RFT_FAULTS_LONG=1 RFT_TEST_DB_NAME=test_rft_faults $(BIN)/pytest tests/test_faults.py -p no:randomly -n 0 -s
 
-# The longer schemathesis campaign (tests/test_fuzz.py; `make test` runs 20 examples per operation):
+# The longer schemathesis campaign (tests/test_fuzz.py; `make test` runs 10 examples per operation):
 # 500 per operation plus the coverage phase (every documented boundary).
 FUZZ_EXAMPLES ?= 500
 fuzz: db

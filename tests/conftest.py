@@ -52,6 +52,15 @@ class MetricSnapshot:
         return sum(v for (metric, attrs), v in self.points.items() if metric == name and wanted <= attrs)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing() -> Iterator[None]:
+    """Passwords hashed at one PBKDF2 iteration in tests (tests.fakes.FastPBKDF2PasswordHasher)."""
+    from django.test.utils import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["tests.fakes.FastPBKDF2PasswordHasher"]):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _fresh_token_cache() -> None:
     """Each test starts with no API token cached (reasoning.auth.token_cache)."""

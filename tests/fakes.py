@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
 
 @dataclass
 class Sleeps:
@@ -198,3 +200,12 @@ def serve_dropping_proxy(state: DroppingProxy) -> Iterator[DroppingProxy]:
     with _serving(Handler) as base:
         state.url = base
         yield state
+
+
+class FastPBKDF2PasswordHasher(PBKDF2PasswordHasher):
+    """Django's default hasher at one iteration: the suite hashes and checks hundreds of
+    passwords (ten failed logins per lockout test). Its hashes are ordinary ``pbkdf2_sha256``
+    ones, which the real hasher of a server started in a subprocess verifies too (the
+    iteration count is part of the hash)."""
+
+    iterations = 1

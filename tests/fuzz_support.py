@@ -23,7 +23,7 @@ SCHEMA_PATH = "/api/schema/?format=json"
 MAX_RESPONSE_SECONDS = 5.0
 
 # Examples per operation: small in `make test`, larger under `make fuzz` (FUZZ_EXAMPLES=500).
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "10"))
 # Steps of the stateful (links) phase: a handful of scenarios in `make test`.
 STATEFUL_EXAMPLES = int(os.environ.get("FUZZ_STATEFUL_EXAMPLES", str(max(EXAMPLES // 2, 5))))
 # The coverage phase (every documented boundary, every unexpected method) under `make fuzz`.

@@ -141,12 +141,6 @@ class _Lookup(dict[str, str]):
 
 
 @pytest.fixture(autouse=True)
-def _fast_password_hashing(settings: Any) -> None:
-    """The personas log in with ``force_login``: no password is checked, so none need be slow to hash."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 def _schema_generated_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """/api/schema/ is generated anew on every request (about a second): generate it once. Who may
     fetch it is decided before generation (no authentication, AllowAny), for every persona."""
