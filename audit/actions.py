@@ -116,6 +116,12 @@ class Action(StrEnum):
     JOB_FLOW_DECAY_COMPLETED = "memory.job.reasoning_flow_decay.completed"
     JOB_FLOW_DECAY_ERROR = "memory.job.reasoning_flow_decay.error"
 
+    # Monthly partitions (core.partitions): one event per partition made (target: its table name)
+    PARTITION_CREATED = "database.partition.created"
+    JOB_PARTITIONS_AHEAD_STARTED = "memory.job.partitions_ahead.started"
+    JOB_PARTITIONS_AHEAD_COMPLETED = "memory.job.partitions_ahead.completed"
+    JOB_PARTITIONS_AHEAD_ERROR = "memory.job.partitions_ahead.error"
+
     # Drift per agent: one event per stored report (its levels and counts), inside the job's run
     DRIFT_REPORT_STORED = "reasoning.drift.report_stored"
     JOB_DRIFT_STARTED = "memory.job.reasoning_drift.started"

@@ -509,10 +509,13 @@ def _close_all(plans: Sequence[Plan], *, stored_steps: Mapping[uuid.UUID, Reason
 def _insert(plans: Sequence[Plan], now: datetime) -> None:
     new_flows = [plan.flow for plan in plans if plan.new_flow]
     insert_rows(new_flows)
-    steps = [step for plan in plans for step in plan.new_steps]
-    for step in steps:
-        if step.created_at is None:
-            step.created_at = now
+    steps: list[ReasoningStep] = []
+    for plan in plans:
+        for step in plan.new_steps:
+            step.flow_created_at = plan.flow.created_at
+            if step.created_at is None:
+                step.created_at = now
+            steps.append(step)
     insert_rows(steps)
     changed = [plan.flow for plan in plans if not plan.new_flow and (plan.new_steps or plan.closing)]
     if changed:

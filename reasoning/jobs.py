@@ -9,10 +9,14 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
-from audit.services import job_run
+from audit.actions import Action
+from audit.privileges import as_owner
+from audit.services import job_run, record
 from core.errors import Conflict
+from core.partitions import MONTHS_AHEAD, ensure_ahead
 from reasoning.drift import judge_agent
 from reasoning.drift_queries import completed_sessions, reported_sessions
 from reasoning.models import DriftReport, ReasoningFlow, ReasoningStep
@@ -33,7 +37,11 @@ SCHEDULES = [
         "schedule_type": "D",
     },
     {"name": "reasoning.drift", "func": "reasoning.jobs.compute_drift_reports", "schedule_type": "D"},
+    # Monthly partitions of reasoning_step and audit_event, MONTHS_AHEAD months ahead (core.partitions).
+    {"name": "partitions.ahead", "func": "reasoning.jobs.create_partitions_ahead", "schedule_type": "D"},
 ]
+
+PARTITIONS_ACTOR = "system:partitions"
 
 
 def decay_stale_flows(now: datetime | None = None, *, batch_size: int = 500) -> int:
@@ -140,3 +148,19 @@ def compute_drift_reports(*, agent: str | None = None, now: datetime | None = No
             counts[level] = sum(1 for report in stored if report.level == level)
     logger.info("drift: judged %d session(s) of %d agent(s)", counts["sessions"], counts["agents"])
     return stored
+
+
+def create_partitions_ahead(now: datetime | None = None) -> list[str]:
+    """Make the monthly partitions of this month and the next MONTHS_AHEAD, and one for each
+    month with rows waiting in a default partition; one audit event per partition made, in
+    the transaction that makes it. Runs as the owner role (DDL), when there is one."""
+    now = now or timezone.now()
+    with job_run("partitions_ahead", actor=PARTITIONS_ACTOR, payload={"months_ahead": MONTHS_AHEAD}) as counts:
+        with as_owner(), transaction.atomic(), connection.cursor() as cursor:
+            created = ensure_ahead(cursor, now)
+            for name in created:
+                record(Action.PARTITION_CREATED, actor=PARTITIONS_ACTOR, target=("partition", name))
+        counts["created"] = len(created)
+    if created:
+        logger.info("partitions: created %s", ", ".join(created))
+    return created

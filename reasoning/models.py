@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
@@ -137,8 +137,16 @@ class ReasoningStep(models.Model):
     flow = models.ForeignKey(ReasoningFlow, on_delete=models.PROTECT, related_name="steps", db_index=False)
     # 1-based order of arrival within the flow, assigned under the flow's row lock.
     position = models.PositiveIntegerField()
+    # No database constraint: a partitioned table cannot be referenced by id alone; the write
+    # path checks every parent (reasoning.ingest._check_parents).
     parent_step = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children", db_index=False
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="children",
+        db_index=False,
+        db_constraint=False,
     )
     # Further parents of a step that merges branches; all in the same flow, all earlier.
     extra_parent_ids = ArrayField(models.UUIDField(), default=list, blank=True)
@@ -176,6 +184,8 @@ class ReasoningStep(models.Model):
     # The same keyed fingerprint as ReasoningFlow.request_hash, of the step's create request.
     request_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
+    # The flow's created_at: the partition key (core.partitions), so a flow's steps share a month.
+    flow_created_at = models.DateTimeField(editable=False)
 
     objects = StepQuerySet.as_manager()
 
@@ -183,7 +193,9 @@ class ReasoningStep(models.Model):
         db_table = "reasoning_step"
         constraints = [
             # Also the index that serves "the steps of a flow, in order".
-            models.UniqueConstraint(fields=["flow", "position"], name="reasoning_step_flow_position"),
+            models.UniqueConstraint(
+                fields=["flow", "position", "flow_created_at"], name="reasoning_step_flow_position"
+            ),
             # A confidence, when given, is a probability.
             models.CheckConstraint(
                 condition=Q(confidence__isnull=True) | Q(confidence__gte=0, confidence__lte=1),
@@ -209,6 +221,25 @@ class ReasoningStep(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} step {self.position} of flow {self.flow_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.flow_created_at is None:  # the write path sets it; a direct save takes the flow's
+            self.flow_created_at = ReasoningFlow.objects.values_list("created_at", flat=True).get(pk=self.flow_id)
+        super().save(*args, **kwargs)
+
+
+class ReasoningStepRegistry(models.Model):
+    """Every step id, unpartitioned: keeps ids unique across the partitions of
+    ``reasoning_step`` (filled by its statement trigger, migration 0017)."""
+
+    id = models.UUIDField(primary_key=True)
+    flow_created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "reasoning_step_registry"
+
+    def __str__(self) -> str:
+        return str(self.id)
 
 
 class ApiToken(models.Model):

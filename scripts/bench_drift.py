@@ -70,7 +70,8 @@ STEPS = """
 INSERT INTO reasoning_step (
     id, flow_id, position, parent_step_id, extra_parent_ids, kind, agent, summary_text, rationale, inputs, outputs,
     pii_fields, confidence, llm_call_log_ref, experiment_trace_ref, decision_graph_node_ref, memory_claim_ref,
-    span_id, model, request_hash, created_at
+    span_id, model, request_hash, created_at,
+    flow_created_at
 )
 SELECT
     md5('step-' || i || '-' || p)::uuid,
@@ -85,7 +86,8 @@ SELECT
     0.6 + ((i * 13) %% 40) / 100.0,
     '', '', '', '', '', '',
     md5('s' || i || '-' || p) || md5('t' || i || '-' || p),
-    now() - make_interval(hours => %(sessions)s)
+    now() - make_interval(hours => %(sessions)s),
+    (SELECT f.created_at FROM reasoning_flow f WHERE f.id = md5('flow-' || i)::uuid)
 FROM generate_series(0, %(flows)s - 1) AS i CROSS JOIN generate_series(1, 2) AS p
 """
 

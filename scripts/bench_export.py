@@ -71,7 +71,8 @@ INSERT INTO reasoning_step (
     id, flow_id, position, parent_step_id, extra_parent_ids, kind, agent, summary_text, rationale, inputs, outputs,
     pii_fields, inputs_pii, outputs_pii, confidence, latency_ms, llm_call_log_ref, experiment_trace_ref,
     decision_graph_node_ref, memory_claim_ref, span_id, model, input_tokens, output_tokens, reasoning_tokens,
-    started_at, reasoning_content, reasoning_content_chars, reasoning_content_purged_at, request_hash, created_at
+    started_at, reasoning_content, reasoning_content_chars, reasoning_content_purged_at, request_hash, created_at,
+    flow_created_at
 )
 SELECT
     md5('step-' || i || '-' || p)::uuid,
@@ -101,7 +102,8 @@ SELECT
     CASE WHEN p IN (2, 4) THEN 275 END,
     NULL,
     md5('s' || i || '-' || p) || md5('t' || i || '-' || p),
-    now() - make_interval(secs => (%(last)s - i) * 20) + make_interval(secs => p * 0.2)
+    now() - make_interval(secs => (%(last)s - i) * 20) + make_interval(secs => p * 0.2),
+    (SELECT f.created_at FROM reasoning_flow f WHERE f.id = md5('flow-' || i)::uuid)
 FROM generate_series(%(first)s::int, %(last)s::int) AS i CROSS JOIN generate_series(1, %(steps)s::int) AS p
 """
 

@@ -26,7 +26,9 @@ def flow() -> ReasoningFlow:
 
 def step(owner: ReasoningFlow, position: int, **fields: object) -> ReasoningStep:
     base: dict[str, object] = {"kind": "retrieval", "agent": "a", "summary_text": "s", "request_hash": "h"}
-    return ReasoningStep(id=uuid.uuid4(), flow=owner, position=position, **{**base, **fields})
+    return ReasoningStep(
+        id=uuid.uuid4(), flow=owner, flow_created_at=owner.created_at, position=position, **{**base, **fields}
+    )
 
 
 def test_any_text_survives_an_array_column() -> None:

@@ -15,7 +15,7 @@ from audit.models import AuditEvent
 from pathways.embeddings import HashBucketEmbedding
 from pathways.jobs import backfill_embeddings
 from pathways.models import Pathway, PathwayHit
-from reasoning.models import ReasoningStep
+from reasoning.models import ReasoningFlow, ReasoningStep
 from research_backlog.models import ClaimReview, ResearchRequest
 from tests.factories import make_pathway, make_request
 from tests.html import Element, doc
@@ -236,9 +236,11 @@ def make_candidates(count: int, *, embedded: bool = False, steps: int = 0) -> li
 def add_seed_steps(pathway: Pathway, *summaries: str, kind: str = "evidence_assembly") -> None:
     """Steps on the pathway's seed flow (set up directly, as make_pathway sets up the flow)."""
     start = ReasoningStep.objects.filter(flow_id=pathway.seed_flow_id).count()
+    flow_created_at = ReasoningFlow.objects.values_list("created_at", flat=True).get(pk=pathway.seed_flow_id)
     ReasoningStep.objects.bulk_create(
         ReasoningStep(
             flow_id=pathway.seed_flow_id,
+            flow_created_at=flow_created_at,
             position=start + n,
             kind=kind,
             agent="researcher",

@@ -1,0 +1,132 @@
+"""Monthly partitions of the tables that grow with every event (docs/deploy.md, "Partitioned
+history"). ``reasoning_step`` is converted (migration ``reasoning.0017``); ``audit_event`` is
+listed here and skipped until its own conversion.
+
+``reasoning_step`` is partitioned by its flow's ``created_at`` (copied into the step as
+``flow_created_at``), so all the steps of a flow share one partition and retention drops whole
+flows. ``audit_event`` is partitioned by its own ``created_at`` (the database's clock: the
+column's default, checked by the stamp trigger, since PostgreSQL routes a row to its partition
+before a BEFORE trigger runs and refuses a trigger that moves it).
+
+Partitions are named ``<table>_<YYYY>_<MM>`` and cover ``[first of the month, first of the
+next)`` in UTC. ``reasoning_step`` also has ``reasoning_step_default``, for steps of flows
+dated outside every partition (imports, backdated test data): ``create_month`` moves such
+rows into the month's partition when it creates it.
+
+Why not django-postgres-extra: on Django 5.2 its ``PostgresPartitionedModel`` replaces the
+model's primary key by a ``CompositePrimaryKey`` of (id, partition key), which turns ``pk``
+into a tuple everywhere; its partition manager needs its own database backend, and it drops
+old partitions with ``DROP TABLE`` (no detach, no legal-hold check). pg_partman is not part of
+the embedded server. What is kept from them: partitions made ahead by a scheduled job.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.db.backends.utils import CursorWrapper
+from psycopg import sql
+
+# Partitioned table -> its partition key column.
+TABLES: dict[str, str] = {"reasoning_step": "flow_created_at", "audit_event": "created_at"}
+# Tables with a DEFAULT partition (rows dated outside every month partition).
+WITH_DEFAULT = frozenset({"reasoning_step"})
+MONTHS_AHEAD = 3
+
+_BOUND = re.compile(r"FOR VALUES FROM \('([^']+)'\) TO \('([^']+)'\)")
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    start: datetime | None  # None: the DEFAULT partition
+    end: datetime | None
+
+
+def month_start(moment: datetime) -> datetime:
+    moment = moment.astimezone(UTC)
+    return datetime(moment.year, moment.month, 1, tzinfo=UTC)
+
+
+def add_months(month: datetime, months: int) -> datetime:
+    index = month.year * 12 + month.month - 1 + months
+    return datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC)
+
+
+def partition_name(table: str, month: datetime) -> str:
+    return f"{table}_{month:%Y_%m}"
+
+
+def partitions(cursor: CursorWrapper, table: str) -> list[Partition]:
+    """The partitions of ``table``, oldest first (the DEFAULT one last)."""
+    cursor.execute(
+        "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
+        " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass",
+        [table],
+    )
+    found: list[Partition] = []
+    for name, bound in cursor.fetchall():
+        match = _BOUND.search(bound)
+        if match is None:
+            found.append(Partition(name, None, None))
+            continue
+        start, end = (datetime.fromisoformat(text).astimezone(UTC) for text in match.groups())
+        found.append(Partition(name, start, end))
+    return sorted(found, key=lambda p: (p.start is None, p.start or datetime.min.replace(tzinfo=UTC)))
+
+
+def create_month(cursor: CursorWrapper, table: str, month: datetime) -> str | None:
+    """Create ``table``'s partition for ``month`` unless it exists; returns its name, or None.
+
+    Rows of that month already in the DEFAULT partition are moved into the new one first
+    (PostgreSQL refuses a new partition while the default holds rows of its range): the new
+    table is built standalone, filled from the default, and attached, in the caller's
+    transaction."""
+    name = partition_name(table, month)
+    if any(p.name == name for p in partitions(cursor, table)):
+        return None
+    start, end = month, add_months(month, 1)
+    key = sql.Identifier(TABLES[table])
+    parent, child = sql.Identifier(table), sql.Identifier(name)
+    default = sql.Identifier(f"{table}_default")
+    bounds = [start.isoformat(), end.isoformat()]
+    execute = cursor.execute
+    moved = 0
+    if table in WITH_DEFAULT:
+        execute(sql.SQL("SELECT count(*) FROM {} WHERE {} >= %s AND {} < %s").format(default, key, key), bounds)
+        moved = cursor.fetchone()[0]
+    if not moved:
+        execute(sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM (%s) TO (%s)").format(child, parent), bounds)
+        return name
+    execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(child, parent))
+    execute(
+        sql.SQL("INSERT INTO {} SELECT * FROM {} WHERE {} >= %s AND {} < %s").format(child, default, key, key), bounds
+    )
+    execute(sql.SQL("DELETE FROM {} WHERE {} >= %s AND {} < %s").format(default, key, key), bounds)
+    execute(sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM (%s) TO (%s)").format(parent, child), bounds)
+    return name
+
+
+def ensure_ahead(cursor: CursorWrapper, now: datetime, months: int = MONTHS_AHEAD) -> list[str]:
+    """Partitions for this month and the ``months`` after it, for every table; and one for
+    each month that has rows waiting in a DEFAULT partition. The names created, in order."""
+    created: list[str] = []
+    for table, key in TABLES.items():
+        cursor.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = %s::regclass", [table])
+        if not cursor.fetchone()[0]:
+            continue  # not converted (yet)
+        wanted = [add_months(month_start(now), n) for n in range(months + 1)]
+        if table in WITH_DEFAULT:
+            cursor.execute(
+                sql.SQL("SELECT DISTINCT date_trunc('month', {} AT TIME ZONE 'UTC') FROM {}").format(
+                    sql.Identifier(key), sql.Identifier(f"{table}_default")
+                )
+            )
+            wanted += [row[0].replace(tzinfo=UTC) for row in cursor.fetchall()]
+        for month in sorted(set(wanted)):
+            name = create_month(cursor, table, month)
+            if name is not None:
+                created.append(name)
+    return created
