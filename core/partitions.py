@@ -22,8 +22,6 @@ the embedded server. What is kept from them: partitions made ahead by a schedule
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.db.backends.utils import CursorWrapper
@@ -34,15 +32,6 @@ TABLES: dict[str, str] = {"reasoning_step": "flow_created_at", "audit_event": "c
 # Tables with a DEFAULT partition (rows dated outside every month partition).
 WITH_DEFAULT = frozenset({"reasoning_step"})
 MONTHS_AHEAD = 3
-
-_BOUND = re.compile(r"FOR VALUES FROM \('([^']+)'\) TO \('([^']+)'\)")
-
-
-@dataclass(frozen=True)
-class Partition:
-    name: str
-    start: datetime | None  # None: the DEFAULT partition
-    end: datetime | None
 
 
 def month_start(moment: datetime) -> datetime:
@@ -59,22 +48,10 @@ def partition_name(table: str, month: datetime) -> str:
     return f"{table}_{month:%Y_%m}"
 
 
-def partitions(cursor: CursorWrapper, table: str) -> list[Partition]:
-    """The partitions of ``table``, oldest first (the DEFAULT one last)."""
-    cursor.execute(
-        "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
-        " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass",
-        [table],
-    )
-    found: list[Partition] = []
-    for name, bound in cursor.fetchall():
-        match = _BOUND.search(bound)
-        if match is None:
-            found.append(Partition(name, None, None))
-            continue
-        start, end = (datetime.fromisoformat(text).astimezone(UTC) for text in match.groups())
-        found.append(Partition(name, start, end))
-    return sorted(found, key=lambda p: (p.start is None, p.start or datetime.min.replace(tzinfo=UTC)))
+def partition_names(cursor: CursorWrapper, table: str) -> list[str]:
+    """The partitions of ``table`` by name: oldest month first, the DEFAULT one last."""
+    cursor.execute("SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = %s::regclass", [table])
+    return sorted(row[0] for row in cursor.fetchall())
 
 
 def create_month(cursor: CursorWrapper, table: str, month: datetime) -> str | None:
@@ -85,27 +62,30 @@ def create_month(cursor: CursorWrapper, table: str, month: datetime) -> str | No
     table is built standalone, filled from the default, and attached, in the caller's
     transaction."""
     name = partition_name(table, month)
-    if any(p.name == name for p in partitions(cursor, table)):
+    if name in partition_names(cursor, table):
         return None
     start, end = month, add_months(month, 1)
     key = sql.Identifier(TABLES[table])
     parent, child = sql.Identifier(table), sql.Identifier(name)
     default = sql.Identifier(f"{table}_default")
     bounds = [start.isoformat(), end.isoformat()]
-    execute = cursor.execute
     moved = 0
     if table in WITH_DEFAULT:
-        execute(sql.SQL("SELECT count(*) FROM {} WHERE {} >= %s AND {} < %s").format(default, key, key), bounds)
+        cursor.execute(sql.SQL("SELECT count(*) FROM {} WHERE {} >= %s AND {} < %s").format(default, key, key), bounds)
         moved = cursor.fetchone()[0]
     if not moved:
-        execute(sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM (%s) TO (%s)").format(child, parent), bounds)
+        cursor.execute(
+            sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM (%s) TO (%s)").format(child, parent), bounds
+        )
         return name
-    execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(child, parent))
-    execute(
+    cursor.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(child, parent))
+    cursor.execute(
         sql.SQL("INSERT INTO {} SELECT * FROM {} WHERE {} >= %s AND {} < %s").format(child, default, key, key), bounds
     )
-    execute(sql.SQL("DELETE FROM {} WHERE {} >= %s AND {} < %s").format(default, key, key), bounds)
-    execute(sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM (%s) TO (%s)").format(parent, child), bounds)
+    cursor.execute(sql.SQL("DELETE FROM {} WHERE {} >= %s AND {} < %s").format(default, key, key), bounds)
+    cursor.execute(
+        sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM (%s) TO (%s)").format(parent, child), bounds
+    )
     return name
 
 

@@ -65,7 +65,7 @@ CREATE TRIGGER reasoning_step_register AFTER INSERT ON reasoning_step
 
 
 def convert(apps: Any, schema_editor: Any) -> None:
-    from core.partitions import MONTHS_AHEAD, add_months, create_month, month_start
+    from core.partitions import create_month, ensure_ahead
 
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(SQL)
@@ -73,11 +73,9 @@ def convert(apps: Any, schema_editor: Any) -> None:
             "SELECT DISTINCT date_trunc('month', f.created_at AT TIME ZONE 'UTC')"
             " FROM reasoning_step_unpartitioned s JOIN reasoning_flow f ON f.id = s.flow_id"
         )
-        months = {row[0].replace(tzinfo=UTC) for row in cursor.fetchall()}
-        now = month_start(datetime.now(UTC))
-        months.update(add_months(now, n) for n in range(MONTHS_AHEAD + 1))
-        for month in sorted(months):
-            create_month(cursor, "reasoning_step", month)
+        for (month,) in cursor.fetchall():
+            create_month(cursor, "reasoning_step", month.replace(tzinfo=UTC))
+        ensure_ahead(cursor, datetime.now(UTC))
         # Columns in the same order: the old table's, then flow_created_at.
         cursor.execute(
             "INSERT INTO reasoning_step SELECT s.*, f.created_at"

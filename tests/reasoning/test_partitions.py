@@ -13,7 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from audit.models import AuditEvent
 from core.bulk import insert_rows
 from core.errors import Conflict
-from core.partitions import add_months, month_start, partition_name, partitions
+from core.partitions import add_months, month_start, partition_name, partition_names
 from reasoning import services
 from reasoning.jobs import create_partitions_ahead
 from reasoning.models import ReasoningFlow, ReasoningStep
@@ -26,7 +26,7 @@ LONG_AGO = datetime(2024, 5, 17, 9, 30, tzinfo=UTC)
 
 def step_partitions() -> list[str]:
     with connection.cursor() as cursor:
-        return [p.name for p in partitions(cursor, "reasoning_step")]
+        return partition_names(cursor, "reasoning_step")
 
 
 def partition_of(step_id: uuid.UUID) -> str:
