@@ -429,6 +429,10 @@ def _check_link(
     ev_id: int | None,
     columns: list[Any],
 ) -> ChainBreak | None:
+    if position == expected_position - 1:
+        # The join met the link's event twice: a second row under the same id (the primary key
+        # of the partitioned table is (id, created_at)).
+        return ChainBreak(position, event_id, "a second event was written under this event's sequence number")
     if position != expected_position:
         return ChainBreak(expected_position, None, f"link missing (next link found is position {position})")
     if link_prev != prev_hash:

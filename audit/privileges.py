@@ -21,6 +21,7 @@ from contextlib import contextmanager
 
 from django.conf import settings
 from django.db import connections, transaction
+from django.db.backends.utils import CursorWrapper
 from psycopg import sql
 
 # What the application may do on each audit table; on every other table of the schema it
@@ -82,6 +83,16 @@ def grant_application_role(alias: str = "default", role: str | None = None) -> s
         statements.append(
             sql.SQL("GRANT {} ON {} TO {}").format(sql.SQL(", ".join(privileges)), sql.Identifier(table), who)
         )
+    # A partitioned audit table is reached through its parent only: its partitions (the
+    # ``GRANT ... ON ALL TABLES`` above included them) get nothing.
+    with connections[alias].cursor() as cursor:
+        partitions = _partitions_of(cursor, list(AUDIT_TABLES))
+    if partitions:
+        statements.append(
+            sql.SQL("REVOKE ALL ON {} FROM {}, PUBLIC").format(
+                sql.SQL(", ").join(sql.Identifier(name) for name in partitions), who
+            )
+        )
     for table in READ_ONLY_TABLES:
         statements.append(sql.SQL("REVOKE ALL ON {} FROM {}").format(sql.Identifier(table), who))
         statements.append(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(table), who))
@@ -90,6 +101,15 @@ def grant_application_role(alias: str = "default", role: str | None = None) -> s
         for statement in statements:
             cursor.execute(statement)
     return role
+
+
+def _partitions_of(cursor: CursorWrapper, tables: list[str]) -> list[str]:
+    cursor.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " WHERE i.inhparent = ANY (SELECT to_regclass(t) FROM unnest(%s::text[]) AS t) ORDER BY c.relname",
+        [tables],
+    )
+    return [row[0] for row in cursor.fetchall()]
 
 
 def problems(alias: str = "default") -> list[str]:
@@ -103,7 +123,9 @@ def problems(alias: str = "default") -> list[str]:
         user, superuser = row
         if superuser:
             return [f"the application connects as {user}, a superuser: it can rewrite the audit tables"]
-        for table, allowed in AUDIT_TABLES.items():
+        checked = list(AUDIT_TABLES.items())
+        checked += [(partition, ()) for partition in _partitions_of(cursor, list(AUDIT_TABLES))]
+        for table, allowed in checked:
             cursor.execute(
                 "SELECT pg_has_role(current_user, c.relowner, 'USAGE') FROM pg_class c WHERE c.oid = to_regclass(%s)",
                 [table],
@@ -114,7 +136,7 @@ def problems(alias: str = "default") -> list[str]:
                     f"{user} owns {table} (or is a member of its owner): it can truncate it and disable its triggers"
                 )
                 continue
-            for privilege in ("UPDATE", "DELETE", "TRUNCATE", "TRIGGER", "REFERENCES"):
+            for privilege in ("INSERT", "UPDATE", "DELETE", "TRUNCATE", "TRIGGER", "REFERENCES"):
                 if privilege in allowed:
                     continue
                 cursor.execute("SELECT has_table_privilege(current_user, %s, %s)", [table, privilege])

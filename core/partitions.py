@@ -1,6 +1,6 @@
 """Monthly partitions of the tables that grow with every event (docs/deploy.md, "Partitioned
-history"). ``reasoning_step`` is converted (migration ``reasoning.0017``); ``audit_event`` is
-listed here and skipped until its own conversion.
+history"): ``reasoning_step`` (converted by migration ``reasoning.0017``) and ``audit_event``
+(``audit.0006``).
 
 ``reasoning_step`` is partitioned by its flow's ``created_at`` (copied into the step as
 ``flow_created_at``), so all the steps of a flow share one partition and retention drops whole
@@ -22,6 +22,7 @@ the embedded server. What is kept from them: partitions made ahead by a schedule
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from django.db.backends.utils import CursorWrapper
@@ -89,13 +90,22 @@ def create_month(cursor: CursorWrapper, table: str, month: datetime) -> str | No
     return name
 
 
-def ensure_ahead(cursor: CursorWrapper, now: datetime, months: int = MONTHS_AHEAD) -> list[str]:
-    """Partitions for this month and the ``months`` after it, for every table; and one for
-    each month that has rows waiting in a DEFAULT partition. The names created, in order."""
+def is_partitioned(cursor: CursorWrapper, table: str) -> bool:
+    cursor.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s)", [table])
+    row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def ensure_ahead(
+    cursor: CursorWrapper, now: datetime, months: int = MONTHS_AHEAD, tables: Iterable[str] = TABLES
+) -> list[str]:
+    """Partitions for this month and the ``months`` after it, for every table of ``tables``;
+    and one for each month that has rows waiting in a DEFAULT partition. The names created,
+    in order. A table not (yet) partitioned is skipped."""
     created: list[str] = []
-    for table, key in TABLES.items():
-        cursor.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = %s::regclass", [table])
-        if not cursor.fetchone()[0]:
+    for table in tables:
+        key = TABLES[table]
+        if not is_partitioned(cursor, table):
             continue  # not converted (yet)
         wanted = [add_months(month_start(now), n) for n in range(months + 1)]
         if table in WITH_DEFAULT:

@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -110,6 +111,13 @@ def load(url: str, events: int) -> tuple[float, float]:
         # A month of history, so the database's time stamp (trigger audit_event_stamp) is off
         # while it loads: the bench connects as the embedded server's superuser.
         conn.execute("SET session_replication_role = replica")
+        # audit_event is partitioned by month (core.partitions): last month's partition too.
+        sys.path.insert(0, str(ROOT))
+        from core.partitions import create_month, month_start
+
+        now = datetime.now(UTC)
+        for month in {month_start(now - timedelta(days=30)), month_start(now)}:
+            create_month(psycopg.ClientCursor(conn), "audit_event", month)  # type: ignore[arg-type]
         conn.execute(LOAD, {"events": events, "spacing": 30 * 86400 / events})
         conn.execute("RESET session_replication_role")
         conn.execute("INSERT INTO audit_pending (event_id) SELECT id FROM audit_event ORDER BY id")

@@ -153,12 +153,34 @@ def test_verify_names_the_position_of_an_event_whose_column_was_changed(
 
 
 def test_verify_names_the_position_when_created_at_is_backdated(chain: list[int]) -> None:
-    tamper("audit_event", "UPDATE audit_event SET created_at = created_at - interval '1 day' WHERE id = %s", [chain[1]])
+    # A millisecond: the row stays in its month's partition.
+    backdate = "UPDATE audit_event SET created_at = created_at - interval '1 millisecond' WHERE id = %s"
+    tamper("audit_event", backdate, [chain[1]])
 
     run = verify()
 
     assert run.code == 1
     assert f"chain position 2, event sequence {chain[1]}: column 'created_at' was altered" in run.stderr
+
+
+def test_verify_breaks_at_an_event_id_that_appears_twice(chain: list[int]) -> None:
+    # Partitioned by time, the primary key is (id, created_at): the owner could slip in a second
+    # event under a chained event's id. The walk meets the id twice and stops there.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO audit_event (id, action, actor, target_type, target_id, payload, canonical)"
+            " SELECT id, action, actor, target_type, target_id, payload, convert_to("
+            '\'{"action":"x","created_at":""}\', \'UTF8\') FROM audit_event WHERE id = %s',
+            [chain[2]],
+        )
+
+    run = verify()
+
+    assert run.code == 1
+    assert run.stderr.strip() == (
+        f"audit chain BROKEN at chain position 3, event sequence {chain[2]}: "
+        "a second event was written under this event's sequence number"
+    )
 
 
 def test_verify_catches_payload_rewritten_together_with_its_canonical_bytes(chain: list[int]) -> None:
@@ -525,7 +547,14 @@ def test_verify_names_an_event_whose_created_at_is_out_of_range(chain: list[int]
     (event_id,) = _record_events(1)
     if linked:
         chain_all()
-    tamper("audit_event", "UPDATE audit_event SET created_at = %s::timestamptz WHERE id = %s", [forged, event_id])
+    # No month partition holds such a time: the forger (the owner) adds a catch-all partition, and
+    # the row moves there (a DELETE and an INSERT, so the stamp trigger is off too).
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE audit_event_forged PARTITION OF audit_event DEFAULT")
+    with trigger_disabled("audit_event"), connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE audit_event DISABLE TRIGGER audit_event_stamp")
+        cursor.execute("UPDATE audit_event SET created_at = %s::timestamptz WHERE id = %s", [forged, event_id])
+        assert cursor.rowcount == 1
 
     run = verify()
 

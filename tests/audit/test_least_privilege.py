@@ -247,32 +247,55 @@ def test_an_event_and_its_link_carry_the_database_time_whatever_the_writer_clock
     )
 
 
-def test_a_backdated_insert_is_stamped_with_the_time_it_happened(as_application: str) -> None:
-    # An INSERT that names an old created_at and writes the old time into the canonical bytes
-    # is refused; with the placeholder, the old created_at is overwritten.
-    old = datetime(2024, 3, 1, 9, 30, tzinfo=UTC)
-    backdated = canonical_bytes(
-        action="auth.api_token.created", actor="system:cli", target_type="", target_id="", payload={}, created_at=old
-    )
+@pytest.mark.parametrize("ago", [timedelta(days=1), timedelta(seconds=2), timedelta(days=800)])
+def test_an_insert_naming_its_own_time_is_refused_whatever_the_time(as_application: str, ago: timedelta) -> None:
+    # The time is the column's default (the database clock, during the inserting statement): a
+    # writer that names one, with the placeholder or with the time in the canonical bytes, is
+    # refused. 800 days ago has no partition at all: refused by the routing before the trigger.
+    old = _database_now() - ago
     insert = (
         "INSERT INTO audit_event (action, actor, target_type, target_id, payload, created_at, canonical)"
         " VALUES ('auth.api_token.created', 'system:cli', '', '', '{}'::jsonb, %s, %s) RETURNING id, created_at"
     )
-
-    assert 'must hold the empty time ,"created_at":""' in refused(insert, [old, backdated])
+    for created_at in (None, old):
+        canonical = canonical_bytes(
+            action="auth.api_token.created",
+            actor="system:cli",
+            target_type="",
+            target_id="",
+            payload={},
+            created_at=created_at,
+        )
+        message = refused(insert, [old, canonical])
+        assert "created_at is the database's time" in message or "no partition of relation" in message, message
 
     placeholder = canonical_bytes(
         action="auth.api_token.created", actor="system:cli", target_type="", target_id="", payload={}, created_at=None
     )
     with connection.cursor() as cursor:
-        cursor.execute(insert, [old, placeholder])
+        cursor.execute(
+            "INSERT INTO audit_event (action, actor, target_type, target_id, payload, canonical)"
+            " VALUES ('auth.api_token.created', 'system:cli', '', '', '{}'::jsonb, %s) RETURNING id, created_at",
+            [placeholder],
+        )
         row = cursor.fetchone()
     assert row is not None
     stamped = row[1]
     assert abs(stamped - _database_now()) < timedelta(minutes=1)
     stored = bytes(AuditEvent.objects.get(pk=row[0]).canonical)
     assert f'"created_at":"{format_created_at(stamped)}"'.encode() in stored
-    assert format_created_at(old).encode() not in stored
+
+
+def test_the_application_has_no_privilege_on_the_audit_partitions(as_application: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = 'audit_event'::regclass")
+        partitions = [row[0] for row in cursor.fetchall()]
+    assert len(partitions) >= 4  # this month and three ahead
+
+    for partition in partitions:
+        assert "permission denied" in refused(f"SELECT count(*) FROM {partition}")
+        assert "permission denied" in refused(f"DELETE FROM {partition}")
+    assert problems() == []
 
 
 def test_a_link_inserted_with_an_old_linked_at_gets_the_database_time(as_application: str) -> None:

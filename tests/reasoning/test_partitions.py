@@ -94,3 +94,22 @@ def test_a_step_id_stays_unique_across_months() -> None:
     taken.flow_id, taken.flow_created_at, taken.position = flow_now, now_flow.created_at, 1
     with pytest.raises(IntegrityError), transaction.atomic():
         insert_rows([taken])
+
+
+def test_audit_events_are_partitioned_by_their_own_time_and_the_job_keeps_three_months_ahead() -> None:
+    flow_id = make_flow(steps=["Retrieved guidelines"])
+    this_month = month_start(datetime.now(UTC))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT tableoid::regclass::text FROM audit_event WHERE target_id = %s", [str(flow_id)])
+        assert [row[0] for row in cursor.fetchall()] == [partition_name("audit_event", this_month)]
+        names = partition_names(cursor, "audit_event")
+    assert names == [partition_name("audit_event", add_months(this_month, n)) for n in range(4)]
+
+    # A month later, the job adds the month now three ahead, for both tables.
+    with time_machine.travel(add_months(this_month, 1), tick=False):
+        created = create_partitions_ahead()
+
+    ahead = add_months(this_month, 4)
+    assert created == [partition_name("reasoning_step", ahead), partition_name("audit_event", ahead)]
+    targets = AuditEvent.objects.filter(action="database.partition.created").values_list("target_id", flat=True)
+    assert sorted(targets) == sorted(created)
