@@ -81,6 +81,8 @@ class Action(StrEnum):
     PATIENT_CREATED = "patient.created"
     PATIENT_PHI_VIEWED = "admin.patient.phi_viewed"
     PATIENT_CONSENT_CHANGED = "patient.reasoning_read_consent.changed"
+    # A legal hold keeps every partition holding the patient's flows (retention by partition)
+    PATIENT_LEGAL_HOLD_CHANGED = "patient.legal_hold.changed"
     FIELD_ENCRYPTION_ROTATED = "admin.field_encryption.rotated"
 
     # Raw chain-of-thought retention: one event per purged batch (counts only), inside the job's run
@@ -121,6 +123,14 @@ class Action(StrEnum):
     JOB_PARTITIONS_AHEAD_STARTED = "memory.job.partitions_ahead.started"
     JOB_PARTITIONS_AHEAD_COMPLETED = "memory.job.partitions_ahead.completed"
     JOB_PARTITIONS_AHEAD_ERROR = "memory.job.partitions_ahead.error"
+    # Retention by partition (REASONING_STEP_RETENTION_DAYS, AUDIT_RETENTION_DAYS): one event per
+    # partition dropped, or kept because a patient's legal hold or a missing checkpoint blocks it
+    PARTITION_DROPPED = "database.partition.dropped"
+    PARTITION_DROP_HELD = "database.partition.drop_blocked_by_legal_hold"
+    PARTITION_DROP_UNCOVERED = "database.partition.drop_awaiting_checkpoint"
+    JOB_PARTITIONS_RETENTION_STARTED = "memory.job.partitions_retention.started"
+    JOB_PARTITIONS_RETENTION_COMPLETED = "memory.job.partitions_retention.completed"
+    JOB_PARTITIONS_RETENTION_ERROR = "memory.job.partitions_retention.error"
 
     # Drift per agent: one event per stored report (its levels and counts), inside the job's run
     DRIFT_REPORT_STORED = "reasoning.drift.report_stored"

@@ -296,17 +296,12 @@ class VerifyResult:
     # The signed checkpoints checked against the tree, and the latest one (None: none yet).
     checkpoints: int = 0
     latest_checkpoint: CheckpointSeen | None = None
+    # The chain position the walk started after (0: the genesis).
+    start: int = 0
 
     @property
     def ok(self) -> bool:
         return self.broken is None
-
-
-def chain_length() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM audit_chain_link")
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
 
 
 # The event's columns as the verifier reads them. A created_at that no datetime can hold
@@ -322,23 +317,40 @@ _EVENT_COLUMNS = """
 _FIELDS = ("action", "actor", "target_type", "target_id", "payload", "created_at")
 
 
-def verify_chain(on_progress: Callable[[int], object] | None = None, chunk: int = 2000) -> VerifyResult:
-    """Check the whole trail in one snapshot; report the first break found.
+def verify_chain(
+    on_progress: Callable[[int], object] | None = None,
+    chunk: int = 2000,
+    *,
+    since_checkpoint: bool = False,
+    on_start: Callable[[int], object] | None = None,
+) -> VerifyResult:
+    """Check the trail in one snapshot; report the first break found.
 
     Order: the links (stopping at the first bad one), then the events in no link, then
     the queue. Events in no link but queued are the pending tail, not a break, as long
     as their columns match their canonical bytes.
+
+    The walk starts at the genesis, or after the last position dropped by retention
+    (``audit_dropped_partition``), or with ``since_checkpoint`` after the latest signed
+    checkpoint: then the stored tree's right edge at the start must lead to a signed root
+    (at once, or at the first checkpoint after it), and only what follows is read, so the
+    time is proportional to the events added since.
     """
     now = timezone.now()
     with read_snapshot():
         stored = _checkpoints()
+        start = _start(stored, since_checkpoint)
+        if on_start:
+            on_start(start)
         roots: dict[int, bytes] = {}
-        linked, broken = _walk_links(on_progress, chunk, {row[1] for row in stored}, roots)
+        sizes = {row[1] for row in stored if row[1] >= start}
+        linked, broken = _walk_links(on_progress, chunk, sizes, roots, start)
         if broken is None:
-            broken = _check_tree(linked, roots.get(linked, merkle.EMPTY_ROOT))
+            broken = _check_tree(linked, roots.get(linked, merkle.EMPTY_ROOT), start)
         if broken is None:
-            broken = _check_checkpoints(stored, linked, roots)
-        pending, oldest, tail_break = _check_unlinked(chunk)
+            broken = _check_checkpoints(stored, linked, roots, start)
+        first_id = _first_unlinked_candidate(start) if since_checkpoint else 0
+        pending, oldest, tail_break = _check_unlinked(chunk, first_id)
         broken = broken or tail_break or _check_queue()
         latest = _latest_seen(stored, linked)
     age = _age(oldest.timestamp(), now) if oldest is not None else None
@@ -349,7 +361,33 @@ def verify_chain(on_progress: Callable[[int], object] | None = None, chunk: int 
         oldest_pending_age_s=age,
         checkpoints=len(stored),
         latest_checkpoint=latest,
+        start=start,
     )
+
+
+def _start(stored: list[tuple[int, int, bytes, str, str, datetime]], since_checkpoint: bool) -> int:
+    """The chain position the walk starts after."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT coalesce(max(last_position), 0) FROM audit_dropped_partition")
+        row = cursor.fetchone()
+    start = int(row[0]) if row else 0
+    if since_checkpoint and stored:
+        start = max(start, stored[-1][1])
+    return start
+
+
+def _first_unlinked_candidate(start: int) -> int:
+    """The lowest event id an unlinked event can have, verifying after ``start``: the queue's
+    oldest, or past the last linked event (an event written under an old id without a queue
+    row is a break only the full walk finds)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT least((SELECT min(event_id) FROM audit_pending),"
+            " (SELECT max(event_id) + 1 FROM audit_chain_link WHERE position >= %s))",
+            [start],
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
 
 
 @contextmanager
@@ -375,23 +413,42 @@ def _server_cursor(name: str, chunk: int, sql: str) -> Generator[tuple[Any, ...]
 
 
 def _walk_links(
-    on_progress: Callable[[int], object] | None, chunk: int, sizes: set[int], roots: dict[int, bytes]
+    on_progress: Callable[[int], object] | None,
+    chunk: int,
+    sizes: set[int],
+    roots: dict[int, bytes],
+    start: int = 0,
 ) -> tuple[int, ChainBreak | None]:
-    """Walk the links; also recompute every leaf of the tree, compare it with the stored
-    one, and keep the root at each size in ``sizes`` (and at the end) in ``roots``."""
-    checked = 0
+    """Walk the links after position ``start``; also recompute every leaf of the tree,
+    compare it with the stored one, and keep the root at each size in ``sizes`` (and at
+    the end) in ``roots``. Returns the last position reached and the first break."""
     broken: ChainBreak | None = None
-    expected_position = 1
+    expected_position = start + 1
     prev_hash = GENESIS_HASH
     edge = merkle.CompactRange()
+    if start:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT hash FROM audit_chain_link WHERE position = %s", [start])
+            row = cursor.fetchone()
+        if row is None:
+            return start, ChainBreak(start, None, "the link the verification starts from is missing")
+        prev_hash = row[0]
+        try:
+            edge = merkle.CompactRange.from_frontier(start, tree.fetch(merkle.frontier_keys(start)))
+        except KeyError:
+            return start, ChainBreak(start, None, "the Merkle tree's nodes where the verification starts are missing")
+        if start in sizes:
+            roots[start] = edge.root()
+    checked = start
     rows = _server_cursor(
         "audit_verify_links",
         chunk,
-        # Only the constant column list is interpolated.
+        # Only the constant column list and an integer are interpolated.
         f"""
         SELECT l.position, l.event_id, l.prev_hash, l.hash, e.id, n.hash, {_EVENT_COLUMNS}
         FROM audit_chain_link l LEFT JOIN audit_event e ON e.id = l.event_id
         LEFT JOIN audit_tree_node n ON n.level = 0 AND n.idx = l.position - 1
+        WHERE l.position > {int(start)}
         ORDER BY l.position
         """,  # noqa: S608
     )
@@ -409,11 +466,11 @@ def _walk_links(
         prev_hash = link_digest
         expected_position += 1
         checked += 1
-        if on_progress and checked % chunk == 0:
+        if on_progress and (checked - start) % chunk == 0:
             on_progress(chunk)
     rows.close()
     if on_progress:
-        on_progress(checked % chunk)
+        on_progress((checked - start) % chunk)
     if broken is None and checked:
         roots[checked] = edge.root()
     return checked, broken
@@ -452,9 +509,10 @@ def _checkpoints() -> list[tuple[int, int, bytes, str, str, datetime]]:
         return [(int(a), int(b), bytes(c), d, e, f) for a, b, c, d, e, f in cursor.fetchall()]
 
 
-def _check_tree(linked: int, root: bytes) -> ChainBreak | None:
+def _check_tree(linked: int, root: bytes, start: int = 0) -> ChainBreak | None:
     """The stored tree: its root from the stored nodes equals the one recomputed from the
-    events, and every stored interior node is the hash of its two children."""
+    events, and every stored interior node over leaves after ``start`` is the hash of its
+    two children."""
     try:
         stored_root = tree.root(linked)
     except tree.MissingNodes as exc:
@@ -463,24 +521,27 @@ def _check_tree(linked: int, root: bytes) -> ChainBreak | None:
         return ChainBreak(None, None, "the Merkle tree's stored nodes do not hash to the events' root")
     level = 0
     while (1 << (level + 1)) <= linked:
-        bad = _check_level(level)
+        bad = _check_level(level, start >> (level + 1))
         if bad is not None:
             return ChainBreak(None, None, f"the Merkle tree's node {level + 1}/{bad} is not the hash of its children")
         level += 1
     return None
 
 
-def _check_level(level: int) -> int | None:
-    """The first node of ``level + 1`` that is not the hash of its two children, or None."""
+def _check_level(level: int, first: int = 0) -> int | None:
+    """The first node of ``level + 1`` from index ``first`` on that is not the hash of its
+    two children, or None."""
     children = _server_cursor(
         f"audit_verify_level_{level}",
         4000,
-        f"SELECT idx, hash FROM audit_tree_node WHERE level = {int(level)} ORDER BY idx",  # noqa: S608
+        f"SELECT idx, hash FROM audit_tree_node WHERE level = {int(level)} AND idx >= {2 * int(first)}"  # noqa: S608
+        " ORDER BY idx",
     )
     parents = _server_cursor(
         f"audit_verify_parent_{level}",
         2000,
-        f"SELECT idx, hash FROM audit_tree_node WHERE level = {int(level) + 1} ORDER BY idx",  # noqa: S608
+        f"SELECT idx, hash FROM audit_tree_node WHERE level = {int(level) + 1} AND idx >= {int(first)}"  # noqa: S608
+        " ORDER BY idx",
     )
     try:
         for idx, digest in parents:
@@ -496,14 +557,19 @@ def _check_level(level: int) -> int | None:
 
 
 def _check_checkpoints(
-    stored: list[tuple[int, int, bytes, str, str, datetime]], linked: int, roots: dict[int, bytes]
+    stored: list[tuple[int, int, bytes, str, str, datetime]], linked: int, roots: dict[int, bytes], start: int = 0
 ) -> ChainBreak | None:
-    """Each stored checkpoint: signed by a published key, its note saying what its row says,
-    and its root equal to the tree recomputed from the events at its size."""
+    """Each stored checkpoint of at least ``start`` leaves: signed by a published key, its
+    note saying what its row says, and its root equal to the tree recomputed from the events
+    at its size. Walking from ``start`` > 0, one of them must exist (it vouches for the
+    tree's edge the walk started from)."""
     from audit.checkpoints import check_note
     from audit.notes import NoteError
 
-    for checkpoint_id, size, root_hash, origin, note, _ in stored:
+    checked = [row for row in stored if row[1] >= start]
+    if start and not checked:
+        return ChainBreak(start, None, "no signed checkpoint covers the position the verification starts from")
+    for checkpoint_id, size, root_hash, origin, note, _ in checked:
         where = f"checkpoint {checkpoint_id} (tree size {size})"
         try:
             signed, verifier = check_note(note)
@@ -534,8 +600,9 @@ def _latest_seen(stored: list[tuple[int, int, bytes, str, str, datetime]], linke
     return CheckpointSeen(checkpoint_id, size, created_at, first_unsigned)
 
 
-def _check_unlinked(chunk: int) -> tuple[int, datetime | None, ChainBreak | None]:
-    """Events in no link: each must be queued and match its canonical bytes."""
+def _check_unlinked(chunk: int, first_id: int = 0) -> tuple[int, datetime | None, ChainBreak | None]:
+    """Events in no link (with an id of at least ``first_id``): each must be queued and
+    match its canonical bytes."""
     pending = 0
     oldest: datetime | None = None
     rows = _server_cursor(
@@ -544,7 +611,7 @@ def _check_unlinked(chunk: int) -> tuple[int, datetime | None, ChainBreak | None
         f"""
         SELECT e.id, p.event_id IS NOT NULL, {_EVENT_COLUMNS}
         FROM audit_event e LEFT JOIN audit_pending p ON p.event_id = e.id
-        WHERE NOT EXISTS (SELECT 1 FROM audit_chain_link l WHERE l.event_id = e.id)
+        WHERE e.id >= {int(first_id)} AND NOT EXISTS (SELECT 1 FROM audit_chain_link l WHERE l.event_id = e.id)
         ORDER BY e.id
         """,  # noqa: S608
     )

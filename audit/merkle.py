@@ -309,6 +309,15 @@ class CompactRange:
         self.size = 0
         self._edge: list[tuple[int, bytes]] = []  # (level, hash), largest first
 
+    @classmethod
+    def from_frontier(cls, size: int, frontier: Mapping[Key, bytes]) -> CompactRange:
+        """The range of the tree of ``size`` leaves from its ``frontier_keys(size)`` nodes
+        (KeyError if one is missing), to go on appending from there."""
+        grown = cls()
+        grown._edge = [(level, frontier[(level, idx)]) for level, idx in frontier_keys(size)]
+        grown.size = size
+        return grown
+
     def append(self, leaf: bytes) -> None:
         """Add the next leaf hash."""
         level, digest = 0, leaf

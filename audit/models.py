@@ -105,3 +105,26 @@ class AuditCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint {self.id} at size {self.tree_size}"
+
+
+class AuditDroppedPartition(models.Model):
+    """A month of audit events dropped by retention (``AUDIT_RETENTION_DAYS``,
+    ``audit.retention``). Written by the owner role in the transaction that drops the
+    partition, only once a signed checkpoint covers every event in it; the application may
+    only read it. ``audit_verify`` starts its walk after the highest ``last_position`` here:
+    the links and tree nodes before it stay, and the checkpoint vouches for them."""
+
+    name = models.CharField(max_length=100, unique=True)
+    month = models.DateTimeField()
+    events = models.BigIntegerField()
+    first_position = models.BigIntegerField()
+    last_position = models.BigIntegerField()
+    # The signed checkpoint (audit_checkpoint.id) whose tree covered last_position.
+    checkpoint_id = models.BigIntegerField()
+    dropped_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "audit_dropped_partition"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.events} events, positions {self.first_position}-{self.last_position})"

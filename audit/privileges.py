@@ -35,7 +35,8 @@ AUDIT_TABLES: dict[str, tuple[str, ...]] = {
     # only inside the chainer's transaction.
     "audit_pending": ("SELECT", "INSERT", "DELETE"),
 }
-READ_ONLY_TABLES = ("django_migrations",)
+# audit_dropped_partition is written by the retention job, which runs as the owner.
+READ_ONLY_TABLES = ("django_migrations", "audit_dropped_partition")
 _CONNECTION_KEYS = ("USER", "PASSWORD", "HOST", "PORT", "OPTIONS")
 
 

@@ -460,6 +460,14 @@ if RESEARCH_DISPATCHER_URL:
 # Raw chain-of-thought is deleted this many days after its step was written.
 REASONING_CONTENT_RETENTION_DAYS = env_int("REASONING_CONTENT_RETENTION_DAYS", 30, minimum=1)
 
+# Retention by partition (docs/deploy.md, "Retention by partition"): the daily job
+# partitions.retention drops each month of steps (by their flow's month) and of audit events
+# once the whole month is older than this many days. Unset or 0: kept for ever. A month of
+# steps holding a flow of a patient under legal hold is kept; a month of audit events is
+# dropped only when a signed checkpoint covers every event in it.
+REASONING_STEP_RETENTION_DAYS = env_int("REASONING_STEP_RETENTION_DAYS", 0, minimum=0) or None
+AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 0, minimum=0) or None
+
 # The audit chain may lag this many seconds behind the trail before audit_verify exits 2,
 # /healthz says "degraded" and operator pages show a banner (the chainer is down or behind).
 AUDIT_CHAIN_MAX_LAG_S = env_float("AUDIT_CHAIN_MAX_LAG_S", 60.0, minimum=1.0)

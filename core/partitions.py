@@ -22,6 +22,7 @@ the embedded server. What is kept from them: partitions made ahead by a schedule
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -120,3 +121,28 @@ def ensure_ahead(
             if name is not None:
                 created.append(name)
     return created
+
+
+def month_of(name: str) -> datetime | None:
+    """The month a partition named ``<table>_<YYYY>_<MM>`` covers; None for the default one."""
+    found = re.fullmatch(r".+_(\d{4})_(\d{2})", name)
+    return datetime(int(found[1]), int(found[2]), 1, tzinfo=UTC) if found else None
+
+
+def expired(cursor: CursorWrapper, table: str, cutoff: datetime) -> list[tuple[str, datetime]]:
+    """``table``'s month partitions that end on or before ``cutoff``, oldest first (never the
+    default partition)."""
+    found = []
+    for name in partition_names(cursor, table):
+        month = month_of(name)
+        if month is not None and add_months(month, 1) <= cutoff:
+            found.append((name, month))
+    return found
+
+
+def drop(cursor: CursorWrapper, table: str, name: str) -> None:
+    """Detach ``name`` from ``table`` and drop it, in the caller's transaction. (Not
+    ``DETACH ... CONCURRENTLY``, which cannot run in a transaction: the drop, its audit event
+    and its bookkeeping commit together; the parent is locked for the moment it takes.)"""
+    cursor.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(sql.Identifier(table), sql.Identifier(name)))
+    cursor.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(name)))

@@ -27,6 +27,10 @@ class Patient(models.Model):
     # Changed only through patients.services.set_reasoning_read_consent (audited).
     reasoning_read_consent = models.BooleanField(default=False)
     consent_changed_at = models.DateTimeField(null=True, blank=True)
+    # Keeps every month of steps that holds one of the patient's flows from retention
+    # (partitions.retention). Changed only through patients.services.set_legal_hold (audited).
+    legal_hold = models.BooleanField(default=False)
+    legal_hold_changed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

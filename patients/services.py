@@ -73,6 +73,26 @@ def set_reasoning_read_consent(patient_id: uuid.UUID, *, granted: bool, actor: s
 
 
 @transaction.atomic
+def set_legal_hold(patient_id: uuid.UUID, *, held: bool, actor: str) -> bool:
+    """Put the patient under legal hold, or lift it; return whether it changed. While it
+    holds, retention keeps every partition that holds one of the patient's flows. Each change
+    is audited."""
+    changed = (
+        Patient.objects.filter(pk=patient_id)
+        .exclude(legal_hold=held)
+        .update(legal_hold=held, legal_hold_changed_at=timezone.now())
+    )
+    if changed:
+        record(
+            Action.PATIENT_LEGAL_HOLD_CHANGED,
+            actor=actor,
+            target=("patients.patient", patient_id),
+            payload={"legal_hold": held},
+        )
+    return bool(changed)
+
+
+@transaction.atomic
 def record_phi_view(patient_id: uuid.UUID, *, actor: str) -> None:
     """Audit that someone was shown a patient's decrypted PHI (HIPAA access trail)."""
     record(Action.PATIENT_PHI_VIEWED, actor=actor, target=("patients.patient", patient_id))

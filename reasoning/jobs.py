@@ -12,11 +12,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from audit import retention
 from audit.actions import Action
 from audit.privileges import as_owner
 from audit.services import job_run, record
 from core.errors import Conflict
-from core.partitions import MONTHS_AHEAD, ensure_ahead
+from core.partitions import MONTHS_AHEAD, add_months, drop, ensure_ahead, expired
 from reasoning.drift import judge_agent
 from reasoning.drift_queries import completed_sessions, reported_sessions
 from reasoning.models import DriftReport, ReasoningFlow, ReasoningStep
@@ -39,6 +40,8 @@ SCHEDULES = [
     {"name": "reasoning.drift", "func": "reasoning.jobs.compute_drift_reports", "schedule_type": "D"},
     # Monthly partitions of reasoning_step and audit_event, MONTHS_AHEAD months ahead (core.partitions).
     {"name": "partitions.ahead", "func": "reasoning.jobs.create_partitions_ahead", "schedule_type": "D"},
+    # Whole months dropped past REASONING_STEP_RETENTION_DAYS / AUDIT_RETENTION_DAYS (when set).
+    {"name": "partitions.retention", "func": "reasoning.jobs.drop_expired_partitions", "schedule_type": "D"},
 ]
 
 PARTITIONS_ACTOR = "system:partitions"
@@ -164,3 +167,90 @@ def create_partitions_ahead(now: datetime | None = None) -> list[str]:
     if created:
         logger.info("partitions: created %s", ", ".join(created))
     return created
+
+
+def drop_expired_partitions(now: datetime | None = None) -> list[str]:
+    """Retention by partition: drop each month of steps (by their flow's month) older than
+    REASONING_STEP_RETENTION_DAYS, unless it holds a flow of a patient under legal hold, and
+    each month of audit events older than AUDIT_RETENTION_DAYS once a signed checkpoint
+    covers every event in it. Detach and drop, never a bulk DELETE; one audit event per
+    partition dropped or kept back, in the transaction that drops it. Unset settings drop
+    nothing. Runs as the owner role (DDL). Returns the partitions dropped, oldest first."""
+    now = now or timezone.now()
+    step_days, audit_days = settings.REASONING_STEP_RETENTION_DAYS, settings.AUDIT_RETENTION_DAYS
+    dropped: list[str] = []
+    with job_run(
+        "partitions_retention",
+        actor=PARTITIONS_ACTOR,
+        payload={"reasoning_step_days": step_days or 0, "audit_days": audit_days or 0},
+    ) as counts:
+        counts.update(dropped=0, held=0, awaiting_checkpoint=0)
+        with as_owner():
+            if step_days:
+                for name, month in _expired("reasoning_step", now - timedelta(days=step_days)):
+                    if _drop_steps(name, month, counts):
+                        dropped.append(name)
+            if audit_days:
+                for name, month in _expired("audit_event", now - timedelta(days=audit_days)):
+                    if not _drop_events(name, month, counts):
+                        break  # months are dropped in order: the positions dropped stay one prefix
+                    dropped.append(name)
+    if dropped:
+        logger.info("partitions: dropped %s", ", ".join(dropped))
+    return dropped
+
+
+def _expired(table: str, cutoff: datetime) -> list[tuple[str, datetime]]:
+    with connection.cursor() as cursor:
+        return expired(cursor, table, cutoff)
+
+
+def _drop_steps(name: str, month: datetime, counts: dict[str, int]) -> bool:
+    target = ("partition", name)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM patients_patient p WHERE p.legal_hold AND EXISTS ("
+            " SELECT 1 FROM reasoning_flow f WHERE f.patient_id = p.id AND f.created_at >= %s AND f.created_at < %s)",
+            [month, add_months(month, 1)],
+        )
+        held = int(cursor.fetchone()[0])
+        if held:
+            record(Action.PARTITION_DROP_HELD, actor=PARTITIONS_ACTOR, target=target, payload={"held_patients": held})
+            counts["held"] += 1
+            return False
+        cursor.execute(f"SELECT count(*) FROM {connection.ops.quote_name(name)}")  # noqa: S608 (a partition's name)
+        steps = int(cursor.fetchone()[0])
+        # The ids of the dropped steps leave the registry by key (then a step id of that month
+        # may be used again).
+        cursor.execute(
+            f"DELETE FROM reasoning_step_registry r USING {connection.ops.quote_name(name)} s"  # noqa: S608
+            " WHERE r.id = s.id"
+        )
+        drop(cursor, "reasoning_step", name)
+        record(Action.PARTITION_DROPPED, actor=PARTITIONS_ACTOR, target=target, payload={"rows": steps})
+    counts["dropped"] += 1
+    return True
+
+
+def _drop_events(name: str, month: datetime, counts: dict[str, int]) -> bool:
+    target = ("partition", name)
+    with transaction.atomic(), connection.cursor() as cursor:
+        covered = retention.coverage(cursor, name)
+        if not covered.covered:
+            record(
+                Action.PARTITION_DROP_UNCOVERED,
+                actor=PARTITIONS_ACTOR,
+                target=target,
+                payload={"events": covered.events, "unlinked": covered.unlinked},
+            )
+            counts["awaiting_checkpoint"] += 1
+            return False
+        made = retention.drop_month(cursor, name, month, covered)
+        record(
+            Action.PARTITION_DROPPED,
+            actor=PARTITIONS_ACTOR,
+            target=target,
+            payload={"rows": made.events, "last_position": made.last_position, "checkpoint_id": made.checkpoint_id},
+        )
+    counts["dropped"] += 1
+    return True

@@ -65,6 +65,7 @@ TRIGGERS = {
     "audit_event": "audit_event_append_only",
     "audit_chain_link": "audit_chain_link_append_only",
     "audit_pending": "audit_pending_chainer_only",
+    "audit_tree_node": "audit_tree_node_append_only",
 }
 
 
@@ -597,3 +598,54 @@ def test_verify_counts_the_tail_in_the_snapshot_it_walked() -> None:
     assert (result.linked, result.pending) == (3, 1)
     # The two written during the walk are queued, just not part of what was verified.
     assert AuditPending.objects.count() == 3
+
+
+# --- from the latest checkpoint ------------------------------------------------------------
+
+
+@pytest.fixture
+def signed_then_grown(chain: list[int]) -> list[int]:
+    """The five chained events signed by a checkpoint, then three more chained after it."""
+    from audit.checkpoints import sign_checkpoint
+
+    assert sign_checkpoint().tree_size == 5
+    _record_events(3)
+    chain_all()
+    return list(AuditChainLink.objects.order_by("position").values_list("event_id", flat=True))
+
+
+def test_verify_since_checkpoint_walks_only_what_follows_it(signed_then_grown: list[int]) -> None:
+    # The checkpoint's own event (audit.checkpoint.signed) is chained too.
+    grown = len(signed_then_grown) - 5
+
+    run = verify("--since-checkpoint")
+
+    assert run.code == 0, run.stderr
+    assert run.stdout.startswith(f"audit chain intact: {grown} links verified after position 5")
+
+
+def test_verify_since_checkpoint_finds_a_change_after_it_and_not_before(signed_then_grown: list[int]) -> None:
+    before, after = signed_then_grown[1], signed_then_grown[6]
+    tamper("audit_event", "UPDATE audit_event SET actor = 'someone-else' WHERE id = %s", [before])
+
+    # What the checkpoint covers is the full walk's to check.
+    assert verify("--since-checkpoint").code == 0
+    assert "chain position 2" in verify().stderr
+
+    tamper("audit_event", "UPDATE audit_event SET actor = 'someone-else' WHERE id = %s", [after])
+    run = verify("--since-checkpoint")
+    assert run.code == 1
+    assert f"chain position 7, event sequence {after}: column 'actor' was altered" in run.stderr
+
+
+def test_verify_since_checkpoint_refuses_a_tree_edge_that_does_not_lead_to_the_signed_root(
+    signed_then_grown: list[int],
+) -> None:
+    # The edge of the tree at 5 leaves is nodes (2, 0) and (0, 4): forge the first one.
+    tamper("audit_tree_node", "UPDATE audit_tree_node SET hash = %s WHERE level = 2 AND idx = 0", [b"\x00" * 32])
+
+    run = verify("--since-checkpoint")
+
+    # The edge no longer leads to the stored tree's root (nor to the signed one).
+    assert run.code == 1
+    assert "the Merkle tree's stored nodes do not hash to the events' root" in run.stderr

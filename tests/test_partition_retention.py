@@ -1,0 +1,205 @@
+"""Retention by partition (reasoning.jobs.drop_expired_partitions): whole months of steps and
+of audit events detached and dropped, a patient's legal hold keeping their months, audit months
+kept until a signed checkpoint covers them, and audit_verify after a drop."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+
+import pytest
+import time_machine
+from django.core.management import call_command
+from django.db import connection
+from django.test import override_settings
+
+from audit.canonical import canonical_bytes
+from audit.chain import chain_all, verify_chain
+from audit.checkpoints import sign_checkpoint
+from audit.models import AuditDroppedPartition, AuditEvent
+from core.partitions import create_month, partition_names
+from patients.models import Patient
+from patients.services import create_patient, set_legal_hold
+from reasoning import services
+from reasoning.jobs import create_partitions_ahead, drop_expired_partitions
+from reasoning.models import ReasoningFlow, ReasoningStep
+from tests.factories import make_flow
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LONG_AGO = datetime(2024, 5, 17, 9, 30, tzinfo=UTC)
+OLD_MONTH = datetime(2024, 5, 1, tzinfo=UTC)
+A_YEAR = 365
+
+
+def old_flow(patient: Patient | None = None) -> uuid.UUID:
+    with time_machine.travel(LONG_AGO, tick=False):
+        return make_flow(patient, steps=["Retrieved guidelines", "Compared the targets"])
+
+
+def actions(action: str) -> list[tuple[str, dict[str, object]]]:
+    return [(e.target_id, e.payload) for e in AuditEvent.objects.filter(action=action).order_by("id")]
+
+
+def test_nothing_is_dropped_while_no_retention_is_set() -> None:
+    flow_id = old_flow()
+    create_partitions_ahead()
+
+    assert drop_expired_partitions() == []
+
+    assert ReasoningStep.objects.filter(flow_id=flow_id).count() == 2
+    completed = AuditEvent.objects.get(action="memory.job.partitions_retention.completed")
+    assert completed.payload == {"dropped": 0, "held": 0, "awaiting_checkpoint": 0}
+
+
+@override_settings(REASONING_STEP_RETENTION_DAYS=A_YEAR)
+def test_a_month_of_steps_past_retention_is_dropped_whole_and_its_ids_freed() -> None:
+    old = old_flow()
+    recent = make_flow(steps=["Retrieved guidelines"])
+    create_partitions_ahead()
+    old_step = ReasoningStep.objects.filter(flow_id=old).order_by("position").first()
+    assert old_step is not None
+    with connection.cursor() as cursor:
+        assert "reasoning_step_2024_05" in partition_names(cursor, "reasoning_step")
+
+    assert drop_expired_partitions() == ["reasoning_step_2024_05"]
+
+    with connection.cursor() as cursor:
+        assert "reasoning_step_2024_05" not in partition_names(cursor, "reasoning_step")
+    assert not ReasoningStep.objects.filter(flow_id=old).exists()
+    assert ReasoningStep.objects.filter(flow_id=recent).count() == 1
+    # The flow itself (its outcome, its audit trail) stays; only its steps went.
+    assert ReasoningFlow.objects.filter(pk=old).exists()
+    assert actions("database.partition.dropped") == [("reasoning_step_2024_05", {"rows": 2})]
+    # The registry let go of the dropped ids: one can be used again.
+    reuse = make_flow(steps=[], close=False)
+    services.add_steps(
+        reuse, [{"id": str(old_step.pk), "kind": "retrieval", "agent": "a", "summary_text": "again"}], actor="t"
+    )
+    assert ReasoningStep.objects.get(pk=old_step.pk).flow_id == reuse
+    # Nothing else is old enough: a second run drops nothing.
+    assert drop_expired_partitions() == []
+
+
+@override_settings(REASONING_STEP_RETENTION_DAYS=A_YEAR)
+def test_a_legal_hold_keeps_the_month_of_the_patients_flows_until_it_is_lifted() -> None:
+    patient = create_patient(username="held.patient", password="pw-123456789", actor="system:test")
+    flow_id = old_flow(patient)
+    create_partitions_ahead()
+    assert set_legal_hold(patient.pk, held=True, actor="user:counsel")
+
+    assert drop_expired_partitions() == []
+
+    assert ReasoningStep.objects.filter(flow_id=flow_id).count() == 2
+    assert actions("database.partition.drop_blocked_by_legal_hold") == [
+        ("reasoning_step_2024_05", {"held_patients": 1})
+    ]
+    assert actions("patient.legal_hold.changed") == [(str(patient.pk), {"legal_hold": True})]
+
+    out = StringIO()
+    call_command("legal_hold", str(patient.pk), "--off", stdout=out)
+    assert "is not under legal hold" in out.getvalue()
+    assert drop_expired_partitions() == ["reasoning_step_2024_05"]
+    assert not ReasoningStep.objects.filter(flow_id=flow_id).exists()
+
+
+# --- audit events -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def old_events() -> Iterator[list[int]]:
+    """Three events dated in May 2024, chained first (positions 1-3). The database stamps every
+    event now, so they are written with the stamp trigger off, as a restored archive would be."""
+    with connection.cursor() as cursor:
+        create_month(cursor, "audit_event", OLD_MONTH)
+        cursor.execute("ALTER TABLE audit_event DISABLE TRIGGER audit_event_stamp")
+        ids = []
+        try:
+            for n in range(3):
+                at = LONG_AGO + timedelta(minutes=n)
+                canonical = canonical_bytes(
+                    action="reasoning.flow.started",
+                    actor="token:agent",
+                    target_type="test.item",
+                    target_id=str(n),
+                    payload={"n": n},
+                    created_at=at,
+                )
+                cursor.execute(
+                    "INSERT INTO audit_event (action, actor, target_type, target_id, payload, created_at, canonical)"
+                    " VALUES ('reasoning.flow.started', 'token:agent', 'test.item', %s, %s::jsonb, %s, %s)"
+                    " RETURNING id",
+                    [str(n), f'{{"n": {n}}}', at, canonical],
+                )
+                ids.append(cursor.fetchone()[0])
+                cursor.execute("INSERT INTO audit_pending (event_id) VALUES (%s)", [ids[-1]])
+        finally:
+            cursor.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_stamp")
+    assert chain_all() == 3
+    yield ids
+
+
+@override_settings(AUDIT_RETENTION_DAYS=A_YEAR)
+def test_a_month_of_audit_events_waits_for_a_checkpoint_then_is_dropped_and_the_trail_still_verifies(
+    old_events: list[int],
+) -> None:
+    make_flow(steps=["Retrieved guidelines"])  # newer events, chained after the old ones
+    chain_all()
+
+    assert drop_expired_partitions() == []
+    assert actions("database.partition.drop_awaiting_checkpoint") == [
+        ("audit_event_2024_05", {"events": 3, "unlinked": 0})
+    ]
+    assert AuditEvent.objects.filter(pk__in=old_events).count() == 3
+
+    chain_all()
+    signed = sign_checkpoint().checkpoint
+    assert signed is not None
+    assert drop_expired_partitions() == ["audit_event_2024_05"]
+
+    assert not AuditEvent.objects.filter(pk__in=old_events).exists()
+    (dropped,) = AuditDroppedPartition.objects.all()
+    assert (dropped.name, dropped.events, dropped.first_position, dropped.last_position) == (
+        "audit_event_2024_05",
+        3,
+        1,
+        3,
+    )
+    assert dropped.checkpoint_id == signed.id
+    assert actions("database.partition.dropped")[-1][1] == {
+        "rows": 3,
+        "last_position": 3,
+        "checkpoint_id": signed.id,
+    }
+    # The walk starts after the dropped positions; the checkpoint vouches for them.
+    chain_all()
+    result = verify_chain()
+    assert result.ok, result.broken
+    assert result.start == 3
+    out = StringIO()
+    call_command("audit_verify", "--no-progress", stdout=out)
+    assert f"audit chain intact: {result.linked - 3} links verified after position 3" in out.getvalue()
+
+
+@override_settings(AUDIT_RETENTION_DAYS=A_YEAR)
+def test_an_audit_month_with_an_unchained_event_is_kept(old_events: list[int]) -> None:
+    sign_checkpoint()
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE audit_event DISABLE TRIGGER audit_event_stamp")
+        try:
+            at = LONG_AGO + timedelta(hours=1)
+            fields = {"action": "x.late", "actor": "a", "target_type": "", "target_id": "", "payload": {}}
+            cursor.execute(
+                "INSERT INTO audit_event (action, actor, target_type, target_id, payload, created_at, canonical)"
+                " VALUES ('x.late', 'a', '', '', '{}'::jsonb, %s, %s) RETURNING id",
+                [at, canonical_bytes(**fields, created_at=at)],  # type: ignore[arg-type]
+            )
+        finally:
+            cursor.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_stamp")
+
+    assert drop_expired_partitions() == []
+    assert actions("database.partition.drop_awaiting_checkpoint") == [
+        ("audit_event_2024_05", {"events": 4, "unlinked": 1})
+    ]
