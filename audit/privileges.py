@@ -88,13 +88,18 @@ def grant_application_role(alias: str = "default", role: str | None = None) -> s
     # ``GRANT ... ON ALL TABLES`` above included them) get nothing.
     with connections[alias].cursor() as cursor:
         partitions = _partitions_of(cursor, list(AUDIT_TABLES))
+        # A migration run part of the way (``migrate audit 0005``) may not have made them all yet.
+        cursor.execute(
+            "SELECT t FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NOT NULL", [list(READ_ONLY_TABLES)]
+        )
+        read_only = [row[0] for row in cursor.fetchall()]
     if partitions:
         statements.append(
             sql.SQL("REVOKE ALL ON {} FROM {}, PUBLIC").format(
                 sql.SQL(", ").join(sql.Identifier(name) for name in partitions), who
             )
         )
-    for table in READ_ONLY_TABLES:
+    for table in read_only:
         statements.append(sql.SQL("REVOKE ALL ON {} FROM {}").format(sql.Identifier(table), who))
         statements.append(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(table), who))
     # One transaction: sessions of the running application see the old grants or the new.

@@ -4,7 +4,7 @@ The conversion copies every event unchanged (id, time, canonical bytes: the chai
 still match) in one transaction (docs/deploy.md, "Partitioned history"):
 
 * PRIMARY KEY (id) -> PRIMARY KEY (id, created_at). Ids stay unique without a registry: they
-  come from the table's own identity sequence (continued past the old one's last value, so
+  come from the table's own sequence (continued past the old identity's last value, so
   sequence numbers keep growing), and the application role may only INSERT through the
   parent, where the stamp trigger refuses a row whose created_at is not the database's time
   during its own statement. Chain links bind event ids one to one (``audit_chain_link``
@@ -36,10 +36,15 @@ ALTER INDEX audit_event_pkey RENAME TO audit_event_unpartitioned_pkey;
 ALTER INDEX audit_event_target RENAME TO audit_event_unpartitioned_target;
 ALTER INDEX audit_event_action RENAME TO audit_event_unpartitioned_action;
 
+-- A sequence owned by the column rather than an identity column: PostgreSQL accepts identity
+-- columns on partitioned tables only from version 17, and the product runs on 15 and later.
+CREATE SEQUENCE audit_event_id_seq AS bigint;
 CREATE TABLE audit_event (
-    LIKE audit_event_unpartitioned INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY,
+    LIKE audit_event_unpartitioned INCLUDING DEFAULTS INCLUDING CONSTRAINTS,
     PRIMARY KEY (id, created_at)
 ) PARTITION BY RANGE (created_at);
+ALTER SEQUENCE audit_event_id_seq OWNED BY audit_event.id;
+ALTER TABLE audit_event ALTER COLUMN id SET DEFAULT nextval('audit_event_id_seq');
 ALTER TABLE audit_event ALTER COLUMN created_at SET DEFAULT clock_timestamp();
 CREATE INDEX audit_event_target ON audit_event (target_type, target_id, id);
 CREATE INDEX audit_event_action ON audit_event (action, id);
