@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test lint fmt setup db browser fuzz faults wrk bench bench-matcher bench-flow-list bench-export bench-drift bench-audit load clean
+.PHONY: run stop test lint fmt setup db browser fuzz faults wrk bench bench-matcher bench-flow-list bench-export bench-drift bench-audit bench-scale load clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -113,6 +113,12 @@ bench-drift: db
 # tools/verify_audit_log.py against raw SHA-256 over the same leaves.
 bench-audit: db
 	$(BIN)/python scripts/bench_audit_log.py
+
+# Cost growth: one database grown to 1M, 3M and 10M steps (COPY, with their audit events) and 1M
+# pathways; at each size the read routes, the writes, one day's export and audit_verify. Prints a
+# table and draws docs/img/bench-scale.svg (about an hour on 2 cores).
+bench-scale: db wrk
+	$(BIN)/python scripts/bench_scale.py
 
 bench-matcher: db $(BENCH_TOOLS)/bin/py-spy
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py
