@@ -57,19 +57,9 @@ def create_patient(
 @transaction.atomic
 def set_reasoning_read_consent(patient_id: uuid.UUID, *, granted: bool, actor: str) -> bool:
     """Set the patient's consent; return whether it changed. Each change is audited."""
-    changed = (
-        Patient.objects.filter(pk=patient_id)
-        .exclude(reasoning_read_consent=granted)
-        .update(reasoning_read_consent=granted, consent_changed_at=timezone.now())
+    return _set_flag(
+        patient_id, "reasoning_read_consent", "consent_changed_at", granted, Action.PATIENT_CONSENT_CHANGED, actor
     )
-    if changed:
-        record(
-            Action.PATIENT_CONSENT_CHANGED,
-            actor=actor,
-            target=("patients.patient", patient_id),
-            payload={"reasoning_read_consent": granted},
-        )
-    return bool(changed)
 
 
 @transaction.atomic
@@ -77,18 +67,18 @@ def set_legal_hold(patient_id: uuid.UUID, *, held: bool, actor: str) -> bool:
     """Put the patient under legal hold, or lift it; return whether it changed. While it
     holds, retention keeps every partition that holds one of the patient's flows. Each change
     is audited."""
+    return _set_flag(patient_id, "legal_hold", "legal_hold_changed_at", held, Action.PATIENT_LEGAL_HOLD_CHANGED, actor)
+
+
+def _set_flag(patient_id: uuid.UUID, flag: str, changed_at: str, value: bool, action: Action, actor: str) -> bool:
+    """Set one of the patient's boolean flags with its change time, audited when it changed."""
     changed = (
         Patient.objects.filter(pk=patient_id)
-        .exclude(legal_hold=held)
-        .update(legal_hold=held, legal_hold_changed_at=timezone.now())
+        .exclude(**{flag: value})
+        .update(**{flag: value, changed_at: timezone.now()})
     )
     if changed:
-        record(
-            Action.PATIENT_LEGAL_HOLD_CHANGED,
-            actor=actor,
-            target=("patients.patient", patient_id),
-            payload={"legal_hold": held},
-        )
+        record(action, actor=actor, target=("patients.patient", patient_id), payload={flag: value})
     return bool(changed)
 
 

@@ -218,14 +218,13 @@ def _drop_steps(name: str, month: datetime, counts: dict[str, int]) -> bool:
             record(Action.PARTITION_DROP_HELD, actor=PARTITIONS_ACTOR, target=target, payload={"held_patients": held})
             counts["held"] += 1
             return False
-        cursor.execute(f"SELECT count(*) FROM {connection.ops.quote_name(name)}")  # noqa: S608 (a partition's name)
-        steps = int(cursor.fetchone()[0])
         # The ids of the dropped steps leave the registry by key (then a step id of that month
-        # may be used again).
+        # may be used again); every step has its registry row, so that counts the steps too.
         cursor.execute(
             f"DELETE FROM reasoning_step_registry r USING {connection.ops.quote_name(name)} s"  # noqa: S608
             " WHERE r.id = s.id"
         )
+        steps = cursor.rowcount
         drop(cursor, "reasoning_step", name)
         record(Action.PARTITION_DROPPED, actor=PARTITIONS_ACTOR, target=target, payload={"rows": steps})
     counts["dropped"] += 1

@@ -4,6 +4,7 @@ kept until a signed checkpoint covers them, and audit_verify after a drop."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -108,35 +109,39 @@ def test_a_legal_hold_keeps_the_month_of_the_patients_flows_until_it_is_lifted()
 # --- audit events -----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def old_events() -> Iterator[list[int]]:
-    """Three events dated in May 2024, chained first (positions 1-3). The database stamps every
-    event now, so they are written with the stamp trigger off, as a restored archive would be."""
+def write_dated_event(at: datetime, *, action: str, target_id: str, payload: dict[str, int]) -> int:
+    """One event dated ``at`` (not queued). The database stamps every event now, so it is
+    written with the stamp trigger off, as a restored archive would be."""
+    canonical = canonical_bytes(
+        action=action, actor="token:agent", target_type="test.item", target_id=target_id, payload=payload, created_at=at
+    )
     with connection.cursor() as cursor:
-        create_month(cursor, "audit_event", OLD_MONTH)
         cursor.execute("ALTER TABLE audit_event DISABLE TRIGGER audit_event_stamp")
-        ids = []
         try:
-            for n in range(3):
-                at = LONG_AGO + timedelta(minutes=n)
-                canonical = canonical_bytes(
-                    action="reasoning.flow.started",
-                    actor="token:agent",
-                    target_type="test.item",
-                    target_id=str(n),
-                    payload={"n": n},
-                    created_at=at,
-                )
-                cursor.execute(
-                    "INSERT INTO audit_event (action, actor, target_type, target_id, payload, created_at, canonical)"
-                    " VALUES ('reasoning.flow.started', 'token:agent', 'test.item', %s, %s::jsonb, %s, %s)"
-                    " RETURNING id",
-                    [str(n), f'{{"n": {n}}}', at, canonical],
-                )
-                ids.append(cursor.fetchone()[0])
-                cursor.execute("INSERT INTO audit_pending (event_id) VALUES (%s)", [ids[-1]])
+            cursor.execute(
+                "INSERT INTO audit_event (action, actor, target_type, target_id, payload, created_at, canonical)"
+                " VALUES (%s, 'token:agent', 'test.item', %s, %s::jsonb, %s, %s) RETURNING id",
+                [action, target_id, json.dumps(payload), at, canonical],
+            )
+            return int(cursor.fetchone()[0])
         finally:
             cursor.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_stamp")
+
+
+@pytest.fixture
+def old_events() -> Iterator[list[int]]:
+    """Three events dated in May 2024, chained first (positions 1-3)."""
+    with connection.cursor() as cursor:
+        create_month(cursor, "audit_event", OLD_MONTH)
+    ids = []
+    for n in range(3):
+        ids.append(
+            write_dated_event(
+                LONG_AGO + timedelta(minutes=n), action="reasoning.flow.started", target_id=str(n), payload={"n": n}
+            )
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO audit_pending (event_id) VALUES (%s)", [ids[-1]])
     assert chain_all() == 3
     yield ids
 
@@ -186,18 +191,7 @@ def test_a_month_of_audit_events_waits_for_a_checkpoint_then_is_dropped_and_the_
 @override_settings(AUDIT_RETENTION_DAYS=A_YEAR)
 def test_an_audit_month_with_an_unchained_event_is_kept(old_events: list[int]) -> None:
     sign_checkpoint()
-    with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE audit_event DISABLE TRIGGER audit_event_stamp")
-        try:
-            at = LONG_AGO + timedelta(hours=1)
-            fields = {"action": "x.late", "actor": "a", "target_type": "", "target_id": "", "payload": {}}
-            cursor.execute(
-                "INSERT INTO audit_event (action, actor, target_type, target_id, payload, created_at, canonical)"
-                " VALUES ('x.late', 'a', '', '', '{}'::jsonb, %s, %s) RETURNING id",
-                [at, canonical_bytes(**fields, created_at=at)],  # type: ignore[arg-type]
-            )
-        finally:
-            cursor.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_stamp")
+    write_dated_event(LONG_AGO + timedelta(hours=1), action="x.late", target_id="late", payload={})
 
     assert drop_expired_partitions() == []
     assert actions("database.partition.drop_awaiting_checkpoint") == [
