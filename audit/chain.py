@@ -14,13 +14,13 @@ Chaining (``chain_pending``):
      twice or dropped, and the tree always has one leaf per link.
 
 Verification (``verify_chain``) reads everything in one repeatable-read, read-only
-snapshot. It walks the links in position order with a server-side cursor (constant
-memory) and checks, for each link: the position is the next one, ``prev_hash`` is the
-previous link's hash, the event exists, the hash recomputes from its canonical bytes,
-and the canonical bytes rebuilt from its columns equal the stored ones byte for byte.
-Then it checks every event in no link the same way (those must be queued), and the
-queue itself (rows without an event, rows for linked events). ``docs/audit-log.md``
-lists every break it names.
+snapshot. It walks the links in position order, a chunk at a time (constant memory,
+indexed lookups only, so it streams at any size), and checks, for each link: the
+position is the next one, ``prev_hash`` is the previous link's hash, the event exists,
+the hash recomputes from its canonical bytes, and the canonical bytes rebuilt from its
+columns equal the stored ones byte for byte. Then it checks every event in no link the
+same way (those must be queued), and the queue itself (rows without an event, rows for
+linked events). ``docs/audit-log.md`` lists every break it names.
 """
 
 from __future__ import annotations
@@ -81,14 +81,15 @@ def chain_pending(batch_size: int = 1000, *, wait: bool = True) -> int:
         if not event_ids:
             return 0
         cursor.execute(
-            """
+            f"""
             SELECT e.id, e.canonical, l.position IS NOT NULL
             FROM audit_event e LEFT JOIN audit_chain_link l ON l.event_id = e.id
-            WHERE e.id = ANY(%s) ORDER BY e.id
-            """,
-            [event_ids],
+            WHERE {id_predicate(event_ids)} ORDER BY e.id
+            """  # noqa: S608
         )
-        rows = cursor.fetchall()
+        # A range also reads ids between the batch's (other events, linked or queued later).
+        wanted = set(event_ids)
+        rows = [row for row in cursor.fetchall() if row[0] in wanted]
         found = {row[0] for row in rows}
         events = [(event_id, canonical) for event_id, canonical, linked in rows if not linked]
         for event_id, _, linked in rows:
@@ -312,6 +313,7 @@ _EVENT_COLUMNS = """
          THEN e.created_at END,
     e.canonical
 """
+_EVENT_WIDTH = 7
 
 # The order in which an altered column is named when several differ.
 _FIELDS = ("action", "actor", "target_type", "target_id", "payload", "created_at")
@@ -440,40 +442,94 @@ def _walk_links(
         if start in sizes:
             roots[start] = edge.root()
     checked = start
-    rows = _server_cursor(
-        "audit_verify_links",
-        chunk,
-        # Only the constant column list and an integer are interpolated.
-        f"""
-        SELECT l.position, l.event_id, l.prev_hash, l.hash, e.id, n.hash, {_EVENT_COLUMNS}
-        FROM audit_chain_link l LEFT JOIN audit_event e ON e.id = l.event_id
-        LEFT JOIN audit_tree_node n ON n.level = 0 AND n.idx = l.position - 1
-        WHERE l.position > {int(start)}
-        ORDER BY l.position
-        """,  # noqa: S608
-    )
-    for position, event_id, link_prev, link_digest, ev_id, stored_leaf, *columns in rows:
-        broken = _check_link(expected_position, prev_hash, position, event_id, link_prev, link_digest, ev_id, columns)
-        if broken:
+    while broken is None:
+        # Keyset chunks in position order: each is three indexed queries (links by
+        # position, their events by id range, their leaves by index), so the walk streams
+        # from its first link at any size; the snapshot keeps the chunks consistent.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT position, event_id, prev_hash, hash FROM audit_chain_link"
+                " WHERE position > %s ORDER BY position LIMIT %s",
+                [checked, chunk],
+            )
+            links = cursor.fetchall()
+        if not links:
             break
-        leaf = tree.leaf_hash(event_id, bytes(columns[-1]))
-        if stored_leaf is None or bytes(stored_leaf) != leaf:
-            broken = ChainBreak(position, event_id, "the Merkle tree's leaf does not match the event")
-            break
-        edge.append(leaf)
-        if position in sizes:
-            roots[position] = edge.root()
-        prev_hash = link_digest
-        expected_position += 1
-        checked += 1
-        if on_progress and (checked - start) % chunk == 0:
-            on_progress(chunk)
-    rows.close()
-    if on_progress:
-        on_progress((checked - start) % chunk)
+        events = _events_by_id([link[1] for link in links])
+        leaves = _leaves(links[0][0] - 1, links[-1][0] - 1)
+        before = checked
+        for position, event_id, link_prev, link_digest in links:
+            found = events.get(event_id, [])
+            if len(found) > 1:
+                # The primary key of the partitioned table is (id, created_at), so two rows
+                # can share an id; the chain names one.
+                broken = ChainBreak(position, event_id, "a second event was written under this event's sequence number")
+                break
+            columns = list(found[0]) if found else [None] * _EVENT_WIDTH
+            broken = _check_link(
+                expected_position, prev_hash, position, event_id, link_prev, link_digest, bool(found), columns
+            )
+            if broken:
+                break
+            leaf = tree.leaf_hash(event_id, bytes(columns[-1]))
+            stored_leaf = leaves.get(position - 1)
+            if stored_leaf is None or bytes(stored_leaf) != leaf:
+                broken = ChainBreak(position, event_id, "the Merkle tree's leaf does not match the event")
+                break
+            edge.append(leaf)
+            if position in sizes:
+                roots[position] = edge.root()
+            prev_hash = link_digest
+            expected_position += 1
+            checked += 1
+        if on_progress:
+            on_progress(checked - before)
     if broken is None and checked:
         roots[checked] = edge.root()
     return checked, broken
+
+
+def id_predicate(ids: list[int]) -> str:
+    """A WHERE clause on ``e.id`` selecting ``ids``: runs of near-consecutive ids as ranges,
+    the rest in one array. Ranges keep the plan on each partition's primary key at every
+    size: the histogram tells the planner which partitions hold them (an ``= ANY`` of
+    thousands of ids is estimated per partition from the number of distinct ids, and
+    after a bulk load that flips to sequential scans of every partition).
+    Only integers are interpolated."""
+    runs: list[list[int]] = []
+    for value in sorted({int(i) for i in ids}):
+        if runs and value - runs[-1][1] <= _RUN_GAP:
+            runs[-1][1] = value
+        else:
+            runs.append([value, value])
+    ranges = [(lo, hi) for lo, hi in runs if hi > lo]
+    singles = [lo for lo, hi in runs if hi == lo]
+    terms = [f"e.id BETWEEN {lo} AND {hi}" for lo, hi in ranges]
+    if singles:
+        terms.append("e.id = ANY('{" + ",".join(str(i) for i in singles) + "}'::bigint[])")
+    return "(" + " OR ".join(terms) + ")" if terms else "false"
+
+
+# Ids at most this far apart are read as one range (the ids between are read and ignored).
+_RUN_GAP = 8
+
+
+def _events_by_id(ids: list[int]) -> dict[int, list[tuple[Any, ...]]]:
+    """The events under ``ids``, as the verifier's columns, by id (a list: two rows can
+    share an id)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT e.id, {_EVENT_COLUMNS} FROM audit_event e WHERE {id_predicate(ids)}")  # noqa: S608
+        found: dict[int, list[tuple[Any, ...]]] = {}
+        for event_id, *columns in cursor.fetchall():
+            found.setdefault(event_id, []).append(tuple(columns))
+    return found
+
+
+def _leaves(first: int, last: int) -> dict[int, bytes]:
+    """The stored leaves with an index in [first, last]."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT idx, hash FROM audit_tree_node WHERE level = 0 AND idx BETWEEN %s AND %s", [first, last])
+        return {idx: digest for idx, digest in cursor.fetchall()}
 
 
 def _check_link(
@@ -483,19 +539,15 @@ def _check_link(
     event_id: int,
     link_prev: str,
     link_digest: str,
-    ev_id: int | None,
+    exists: bool,
     columns: list[Any],
 ) -> ChainBreak | None:
-    if position == expected_position - 1:
-        # The join met the link's event twice: a second row under the same id (the primary key
-        # of the partitioned table is (id, created_at)).
-        return ChainBreak(position, event_id, "a second event was written under this event's sequence number")
     if position != expected_position:
         return ChainBreak(expected_position, None, f"link missing (next link found is position {position})")
     if link_prev != prev_hash:
         return ChainBreak(position, event_id, "prev_hash does not match the previous link's hash")
     canonical = columns[-1]
-    if ev_id is None or canonical is None:
+    if not exists or canonical is None:
         return ChainBreak(position, event_id, "the linked event is missing")
     if link_hash(prev_hash, position, event_id, bytes(canonical)) != link_digest:
         return ChainBreak(position, event_id, "hash does not match the event's canonical bytes")

@@ -20,7 +20,7 @@ from django.db import connection, transaction
 
 from audit.actions import Action
 from audit.canonical import GENESIS_HASH
-from audit.chain import CHAINER_LOCK_KEY, CHAINER_LOOP_LOCK_KEY, chain_all, chain_pending, verify_chain
+from audit.chain import CHAINER_LOCK_KEY, CHAINER_LOOP_LOCK_KEY, chain_all, chain_pending, id_predicate, verify_chain
 from audit.jobs import run_chainer as run_chainer_job
 from audit.models import AuditChainLink, AuditEvent, AuditPending
 from audit.services import record
@@ -280,6 +280,30 @@ def test_chainer_skips_and_audits_a_queue_row_for_an_already_linked_event(db: No
     assert len(chained) == 4
     assert not AuditPending.objects.exists()
     assert verify_chain().ok
+
+
+def test_chainer_reads_its_batch_by_id_ranges_and_ignores_the_events_between(db: None) -> None:
+    first, *between = _record_events(3)
+    assert chain_all() == 3
+    _queue(first)
+    later = _record_events(1)
+
+    # The batch is [first, later]: one range over the linked events between them.
+    assert id_predicate([later[0], first]) == f"(e.id BETWEEN {first} AND {later[0]})"
+    chain_all()
+
+    chained = [link.event_id for link in _links()]
+    assert chained[:4] == [first, *between, *later]
+    # Only the stray row is skipped; the linked events the range read are not the batch's.
+    assert _skipped() == [(str(first), {"event_id": first, "reason": "already_linked"})]
+    assert verify_chain().ok
+
+
+def test_id_predicate_reads_runs_as_ranges_and_scattered_ids_by_array() -> None:
+    assert id_predicate([7, 3, 4, 5, 100, 300, 301]) == (
+        "(e.id BETWEEN 3 AND 7 OR e.id BETWEEN 300 AND 301 OR e.id = ANY('{100}'::bigint[]))"
+    )
+    assert id_predicate([]) == "false"
 
 
 def test_chainer_skips_and_audits_a_queue_row_whose_event_does_not_exist(db: None) -> None:
