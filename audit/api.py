@@ -25,6 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit import merkle, tree
+from audit.chain import dropped_through
 from audit.checkpoints import latest_checkpoint, verifiers
 from audit.models import AuditCheckpoint
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit
@@ -282,7 +283,11 @@ class EventSerializer(serializers.Serializer[Any]):
     position = serializers.IntegerField()
     event_id = serializers.IntegerField()
     leaf_hash = serializers.CharField()
-    canonical = serializers.CharField(help_text="Standard base64 of the event's canonical bytes.")
+    canonical = serializers.CharField(
+        allow_null=True,
+        help_text="Standard base64 of the event's canonical bytes; null when the event row is gone (dropped by "
+        "retention, or missing).",
+    )
 
 
 _EVENTS = """
@@ -325,6 +330,15 @@ class EventView(ApiView):
 
 class EventsPageSerializer(serializers.Serializer[Any]):
     tree_size = serializers.IntegerField()
+    dropped_through = serializers.IntegerField(
+        help_text="Positions 1..dropped_through were dropped by retention (AUDIT_RETENTION_DAYS): served with "
+        "`canonical` null. 0 when none were."
+    )
+    start_edge = serializers.ListField(
+        child=serializers.ListField(),
+        help_text="The tree's right edge at `dropped_through`: `[level, base64 hash]` per set bit of it, largest "
+        "first, to verify from (the signed roots past it bind it). Empty when nothing was dropped.",
+    )
     events = EventSerializer(many=True)
 
 
@@ -354,4 +368,13 @@ class EventsView(ApiView):
                 [start, start + limit],
             )
             rows = cursor.fetchall()
-        return Response({"tree_size": size, "events": [_event(row) for row in rows]})
+            dropped = dropped_through()
+            edge = tree.edge(dropped, cursor) if dropped else []
+        return Response(
+            {
+                "tree_size": size,
+                "dropped_through": dropped,
+                "start_edge": [[level, b64(digest)] for level, digest in edge],
+                "events": [_event(row) for row in rows],
+            }
+        )

@@ -369,13 +369,19 @@ def verify_chain(
 
 def _start(stored: list[tuple[int, int, bytes, str, str, datetime]], since_checkpoint: bool) -> int:
     """The chain position the walk starts after."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT coalesce(max(last_position), 0) FROM audit_dropped_partition")
-        row = cursor.fetchone()
-    start = int(row[0]) if row else 0
+    start = dropped_through()
     if since_checkpoint and stored:
         start = max(start, stored[-1][1])
     return start
+
+
+def dropped_through() -> int:
+    """The last chain position whose month retention dropped (0: none): the dropped months
+    are one prefix of the chain (audit.retention)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT coalesce(max(last_position), 0) FROM audit_dropped_partition")
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
 
 
 def _first_unlinked_candidate(start: int) -> int:
@@ -442,20 +448,7 @@ def _walk_links(
         if start in sizes:
             roots[start] = edge.root()
     checked = start
-    while broken is None:
-        # Keyset chunks in position order: each is three indexed queries (links by
-        # position, their events by id range, their leaves by index), so the walk streams
-        # from its first link at any size; the snapshot keeps the chunks consistent.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT position, event_id, prev_hash, hash FROM audit_chain_link"
-                " WHERE position > %s ORDER BY position LIMIT %s",
-                [checked, chunk],
-            )
-            links = cursor.fetchall()
-        if not links:
-            break
-        events = _events_by_id([link[1] for link in links])
+    for links, events in linked_chunks(start, chunk):
         leaves = _leaves(links[0][0] - 1, links[-1][0] - 1)
         before = checked
         for position, event_id, link_prev, link_digest in links:
@@ -484,9 +477,36 @@ def _walk_links(
             checked += 1
         if on_progress:
             on_progress(checked - before)
+        if broken:
+            break
     if broken is None and checked:
         roots[checked] = edge.root()
     return checked, broken
+
+
+Link = tuple[int, int, str, str]
+
+
+def linked_chunks(
+    after: int, chunk: int, until: int | None = None, columns: str = _EVENT_COLUMNS
+) -> Iterator[tuple[list[Link], dict[int, list[tuple[Any, ...]]]]]:
+    """The links after position ``after`` (up to ``until``) in position order, ``chunk`` at a
+    time, each chunk with its events' ``columns`` by id. Keyset chunks of indexed queries
+    (links by position, their events by id range), so they stream from the first link at any
+    size; inside ``read_snapshot`` the chunks are consistent with each other."""
+    while until is None or after < until:
+        limit = chunk if until is None else min(chunk, until - after)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT position, event_id, prev_hash, hash FROM audit_chain_link"
+                " WHERE position > %s ORDER BY position LIMIT %s",
+                [after, limit],
+            )
+            links = cursor.fetchall()
+        if not links:
+            return
+        yield links, _events_by_id([link[1] for link in links], columns)
+        after = links[-1][0]
 
 
 def id_predicate(ids: list[int]) -> str:
@@ -514,11 +534,10 @@ def id_predicate(ids: list[int]) -> str:
 _RUN_GAP = 8
 
 
-def _events_by_id(ids: list[int]) -> dict[int, list[tuple[Any, ...]]]:
-    """The events under ``ids``, as the verifier's columns, by id (a list: two rows can
-    share an id)."""
+def _events_by_id(ids: list[int], columns: str) -> dict[int, list[tuple[Any, ...]]]:
+    """The events under ``ids``, as ``columns``, by id (a list: two rows can share an id)."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT e.id, {_EVENT_COLUMNS} FROM audit_event e WHERE {id_predicate(ids)}")  # noqa: S608
+        cursor.execute(f"SELECT e.id, {columns} FROM audit_event e WHERE {id_predicate(ids)}")  # noqa: S608
         found: dict[int, list[tuple[Any, ...]]] = {}
         for event_id, *columns in cursor.fetchall():
             found.setdefault(event_id, []).append(tuple(columns))

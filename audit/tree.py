@@ -45,6 +45,14 @@ def fetch(keys: Iterable[Key], cursor: Any | None = None) -> dict[Key, bytes]:
     return {(int(level), int(idx)): bytes(digest) for level, idx, digest in cursor.fetchall()}
 
 
+def edge(size: int, cursor: Any | None = None) -> list[tuple[int, bytes]]:
+    """The stored right edge of the tree of ``size`` leaves, ``(level, hash)`` largest subtree
+    first (``merkle.frontier_keys``); KeyError when a node is missing."""
+    keys = merkle.frontier_keys(size)
+    nodes = fetch(keys, cursor)
+    return [(level, bytes(nodes[(level, idx)])) for level, idx in keys]
+
+
 def extend(cursor: Any, size: int, leaves: Sequence[bytes]) -> None:
     """Append ``leaves`` (leaf hashes) to the tree of ``size`` leaves: store each leaf and
     every subtree it completes (one read of the right edge, one insert)."""

@@ -4,17 +4,22 @@ kept until a signed checkpoint covers them, and audit_verify after a drop."""
 
 from __future__ import annotations
 
+import base64
 import json
+import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from io import StringIO
+from pathlib import Path
 
 import pytest
 import time_machine
 from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
+from rest_framework.test import APIClient
 
 from audit.canonical import canonical_bytes
 from audit.chain import chain_all, verify_chain
@@ -34,6 +39,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 LONG_AGO = datetime(2024, 5, 17, 9, 30, tzinfo=UTC)
 OLD_MONTH = datetime(2024, 5, 1, tzinfo=UTC)
 A_YEAR = 365
+VERIFIER = Path(__file__).resolve().parents[1] / "tools" / "verify_audit_log.py"
 
 
 @pytest.fixture(autouse=True)
@@ -199,6 +205,52 @@ def test_a_month_of_audit_events_waits_for_a_checkpoint_then_is_dropped_and_the_
     out = StringIO()
     call_command("audit_verify", "--no-progress", stdout=out)
     assert f"audit chain intact: {result.linked - 3} links verified after position 3" in out.getvalue()
+
+
+@override_settings(AUDIT_RETENTION_DAYS=A_YEAR)
+def test_an_offline_export_after_an_audit_drop_starts_from_the_tree_edge_and_the_standalone_verifier_accepts_it(
+    old_events: list[int], tmp_path: Path, make_token: Callable[..., str]
+) -> None:
+    make_flow(steps=["Retrieved guidelines"])
+    chain_all()
+    sign_checkpoint()
+    assert drop_expired_partitions() == ["audit_event_2024_05"]
+
+    out = StringIO()
+    call_command("audit_export", "--out", str(tmp_path / "audit"), "--no-progress", stdout=out, stderr=StringIO())
+
+    manifest = json.loads((tmp_path / "audit" / "manifest.json").read_text())
+    assert manifest["format"] == "rft-audit-export/3"
+    assert manifest["start"] == 3
+    size = manifest["tree_size"]
+    assert [level for level, _ in manifest["start_edge"]] == [1, 0]  # 3 = 2 + 1
+    assert f"exported {size - 3} events (positions 4-{size}; 1-3 were dropped by retention" in out.getvalue()
+    lines = (tmp_path / "audit" / "events.txt").read_bytes().splitlines()
+    assert len(lines) == size - 3
+    assert not any(line.split(b" ", 1)[0] in {str(i).encode() for i in old_events} for line in lines)
+
+    key = (tmp_path / "audit" / "public-keys.txt").read_text().splitlines()[0]
+    verifier = [sys.executable, "-I", str(VERIFIER), "--key", key, "--dir", str(tmp_path / "audit")]
+    result = subprocess.run(verifier, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert f"audit log verified: {size} events" in result.stdout
+    assert "the first 3 were dropped by retention" in result.stdout
+
+    # The edge is bound by the signed root: a forged one fails.
+    forged = [[level, base64.b64encode(bytes(32)).decode()] for level, _ in manifest["start_edge"]]
+    (tmp_path / "audit" / "manifest.json").write_text(json.dumps({**manifest, "start_edge": forged}))
+    result = subprocess.run(verifier, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1
+    assert "does not match" in result.stderr
+
+    # Online, the events route says where the dropped prefix ends and serves the same edge.
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token('audit.read', name='auditor')}")
+    page = client.get("/audit/v1/events?start=1&limit=5").json()
+    assert page["dropped_through"] == 3
+    assert page["start_edge"] == manifest["start_edge"]
+    assert [(e["position"], e["canonical"]) for e in page["events"][:3]] == [(1, None), (2, None), (3, None)]
+    assert page["events"][3]["canonical"] is not None
 
 
 @override_settings(AUDIT_RETENTION_DAYS=A_YEAR)

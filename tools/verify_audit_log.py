@@ -23,7 +23,9 @@ Exit 0 with ``audit log verified: ...`` on stdout; 1 with ``audit log FAILED: <r
 
 ``--dir`` reads an export of format ``rft-audit-export/2`` (``events.txt`` line *p* is
 ``<event id> <canonical bytes>``, raw) or ``rft-audit-export/1`` (``<event id> <base64 canonical
-bytes>``), as its manifest says. It hashes ``events.txt`` in chunks on a pool of worker processes
+bytes>``), as its manifest says; ``rft-audit-export/3`` is ``/2`` starting after the positions dropped
+by retention, from the tree's right edge there (``start``, ``start_edge`` in the manifest), which
+the signed roots past it bind. It hashes ``events.txt`` in chunks on a pool of worker processes
 (one per CPU for large files; ``--workers 1`` keeps everything in this process); memory stays
 constant either way.
 """
@@ -61,7 +63,8 @@ __all__ = [
     "verify_url",
 ]
 
-EXPORT_FORMATS = {"rft-audit-export/1": 1, "rft-audit-export/2": 2}  # format -> events.txt version
+# format -> events.txt version (/3 is /2 starting after a prefix dropped by retention)
+EXPORT_FORMATS = {"rft-audit-export/1": 1, "rft-audit-export/2": 2, "rft-audit-export/3": 3}
 SIGNATURE_PREFIX = "\u2014 "  # an em dash and a space (C2SP signed-note)
 ED25519 = 0x01
 EMPTY_ROOT = hashlib.sha256(b"").digest()
@@ -514,6 +517,7 @@ class Result:
     signer: Key
     kept: int
     checkpoints: int = 0
+    start: int = 0  # the positions 1..start were dropped by retention (format /3)
 
     @property
     def line(self) -> str:
@@ -521,6 +525,11 @@ class Result:
             f"audit log verified: {self.events} events, root {base64.b64encode(self.root).decode()}, "
             f"signed by {self.signer.label}"
         )
+        if self.start:
+            text += (
+                f"; the first {self.start} were dropped by retention: their tree edge is bound by the signed root,"
+                " their bytes are not in this export"
+            )
         if self.kept:
             text += f"; consistent with {self.kept} kept checkpoint(s)"
         return text
@@ -607,7 +616,7 @@ def verify_dir(
     name = manifest.get("format") if isinstance(manifest, dict) else None
     version = EXPORT_FORMATS.get(name) if isinstance(name, str) else None
     if version is None:
-        names = " or ".join(sorted(EXPORT_FORMATS))
+        names = ", ".join(sorted(EXPORT_FORMATS)[:-1]) + " or " + sorted(EXPORT_FORMATS)[-1]
         raise InputError(f"{os.path.join(root_dir, 'manifest.json')} is not an {names} manifest")
     latest_text = _read_text(checkpoint or os.path.join(root_dir, "checkpoint.txt"))
     plan, signer, kept = _prepare(latest_text, given, trusted)
@@ -615,34 +624,76 @@ def verify_dir(
     if manifest.get("origin") != latest.origin:
         raise VerificationError(f"the manifest names origin {manifest.get('origin')}, the checkpoint {latest.origin}")
     stored = _stored_checkpoints(os.path.join(root_dir, "checkpoints.jsonl"), given, latest)
+    frontier = Frontier()
+    start = _start_edge(manifest, frontier) if version == 3 else 0
+    for note in kept:
+        if note.size < start:
+            raise InputError(
+                f"{note.what} signs size {note.size}, inside the {start} events dropped by retention before this "
+                "export: check it against an export archived before the drop, or online with --url"
+            )
+    # Stored checkpoints inside the dropped prefix are checked for their signatures only.
     for note in stored:
-        plan.add(note)
+        if note.size >= start:
+            plan.add(note)
     plan.add(latest)
+    if latest.size < start:
+        raise VerificationError(f"the export starts at position {start}, past the checkpoint's size {latest.size}")
 
     events = os.path.join(root_dir, "events.txt")
     try:
         file_size = os.path.getsize(events)
     except OSError as error:
         raise InputError(f"cannot read {events}: {error.strerror}") from None
-    frontier = Frontier()
-    plan.check(0, EMPTY_ROOT)
-    count = _hash_events(
-        events, file_size, version == 2, plan, frontier, _progress(progress), _workers(workers, file_size)
+    plan.check(start, frontier.root())
+    count = start + _hash_events(
+        events, file_size, version != 1, plan, frontier, _progress(progress), _workers(workers, file_size), start
     )
     if count > latest.size:
         raise VerificationError(f"{count - latest.size} events are not covered by the signed checkpoint")
     if count < latest.size:
         raise VerificationError(f"the log has {count} events but the checkpoint signs {latest.size}")
-    return Result(count, frontier.root(), signer, len(kept), len(stored))
+    return Result(count, frontier.root(), signer, len(kept), len(stored), start)
+
+
+def _start_edge(manifest: dict[str, Any], frontier: Frontier) -> int:
+    """Format /3: the dropped prefix's size and the tree's right edge there, loaded into
+    ``frontier``. The edge is not trusted on its own: the signed roots past it bind it."""
+    return _load_edge(manifest.get("start"), manifest.get("start_edge"), frontier, "the manifest's")
+
+
+def _load_edge(start: Any, edge: Any, frontier: Frontier, whose: str) -> int:
+    if isinstance(start, bool) or not isinstance(start, int) or start < 1 or not isinstance(edge, list):
+        raise InputError(f"{whose} start must be a positive integer and start_edge a list")
+    levels = [level for level in range(start.bit_length() - 1, -1, -1) if start >> level & 1]
+    nodes: list[tuple[int, bytes]] = []
+    for entry in edge:
+        digest = _b64(entry[1]) if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], str) else None
+        if digest is None or len(digest) != 32 or isinstance(entry[0], bool) or not isinstance(entry[0], int):
+            raise InputError(f"{whose} start_edge entries must be [level, base64 of a 32-byte hash]")
+        nodes.append((entry[0], digest))
+    if [level for level, _ in nodes] != levels:
+        raise InputError(f"{whose} start_edge must hold one node per set bit of {start}, largest first")
+    frontier.extend(nodes)
+    return int(start)
 
 
 def _hash_events(
-    path: str, file_size: int, raw: bool, plan: _Plan, frontier: Frontier, report: Callable[[int], None], workers: int
+    path: str,
+    file_size: int,
+    raw: bool,
+    plan: _Plan,
+    frontier: Frontier,
+    report: Callable[[int], None],
+    workers: int,
+    start: int = 0,
 ) -> int:
+    """Hash events.txt, whose first line is leaf ``start``, into ``frontier``; the lines read."""
     sizes = tuple(sorted(plan.by_size))
     chunk = CHUNK_BYTES if workers == 1 else max(4096, min(CHUNK_BYTES, file_size // (workers * 8) + 1))
     chunks = -(-file_size // chunk)
     starts = multiprocessing.RawArray("q", chunks + 1)
+    starts[0] = start
     starts[1:] = [-1] * chunks
     setup = (path, raw, chunk, file_size, sizes, starts)
     try:
@@ -727,13 +778,24 @@ def verify_url(
     latest = plan.latest
     plan.add(latest)
     frontier = Frontier()
-    plan.check(0, EMPTY_ROOT)
     report = _progress(progress)
     position = 1
+    dropped = 0
     while position <= latest.size:
         limit = min(PAGE, latest.size - position + 1)
         url = f"{api}/events?start={position}&limit={limit}"
         page = _get_json(url, headers)
+        if position == 1 and isinstance(page, dict) and page.get("dropped_through"):
+            # Retention dropped a prefix: go on from the tree's edge there, which the signed
+            # roots past it bind (kept checkpoints inside it are checked by consistency proofs).
+            dropped = _load_edge(page.get("dropped_through"), page.get("start_edge"), frontier, f"GET {url}:")
+            if dropped > latest.size:
+                raise VerificationError(f"the server dropped {dropped} events, past the checkpoint's {latest.size}")
+            plan.check(dropped, frontier.root())
+            position = dropped + 1
+            continue
+        if position == 1:
+            plan.check(0, EMPTY_ROOT)
         events = page.get("events") if isinstance(page, dict) else None
         if not isinstance(events, list):
             raise InputError(f"GET {url}: the answer has no events list")
@@ -764,7 +826,7 @@ def verify_url(
                     f"fork: the server's consistency proof from {note.what} (size {note.size}) "
                     f"to size {latest.size} does not verify"
                 )
-    return Result(latest.size, frontier.root(), signer, len(kept))
+    return Result(latest.size, frontier.root(), signer, len(kept), start=dropped)
 
 
 def _server_leaf(event: Any, position: int, url: str) -> bytes:

@@ -345,11 +345,92 @@ def test_the_last_line_may_lack_its_line_feed(tmp_path: Path, signer: Signer, ni
 def test_an_unknown_export_format(tmp_path: Path, signer: Signer, nine: list[tuple[int, bytes]]) -> None:
     out = write_export(tmp_path / "export", nine, signer, [3])
     manifest = json.loads((out / "manifest.json").read_text())
-    for name in ("rft-audit-export/3", ["rft-audit-export/2"]):
+    for name in ("rft-audit-export/4", ["rft-audit-export/2"]):
         (out / "manifest.json").write_text(json.dumps({**manifest, "format": name}))
         result = run("--key", signer.verifier_key, "--dir", out)
         assert result.returncode == 2
-        assert "is not an rft-audit-export/1 or rft-audit-export/2 manifest" in result.stderr
+        assert "is not an rft-audit-export/1, rft-audit-export/2 or rft-audit-export/3 manifest" in result.stderr
+
+
+# --- Format /3 (after retention dropped a prefix) ---------------------------------------------------
+
+
+def edge(leaves: Sequence[bytes]) -> list[list[object]]:
+    """The right edge of the tree of ``leaves``: one [level, base64 hash] per set bit of its
+    size, largest subtree first."""
+    out: list[list[object]] = []
+    offset, size = 0, len(leaves)
+    for level in range(size.bit_length() - 1, -1, -1):
+        if size >> level & 1:
+            out.append([level, base64.b64encode(mth(leaves[offset : offset + (1 << level)])).decode()])
+            offset += 1 << level
+    return out
+
+
+def drop_prefix(out: Path, events: Sequence[tuple[int, bytes]], start: int) -> None:
+    """Turn the export in ``out`` into format /3: positions 1..start dropped by retention."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest.update(
+        {"format": "rft-audit-export/3", "start": start, "start_edge": edge([leaf_hash(*e) for e in events[:start]])}
+    )
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    write_events(out, events[start:])
+
+
+@pytest.mark.parametrize("start", [1, 3, 4, 7])
+def test_an_export_after_retention_verifies_from_the_tree_edge_at_its_start(
+    tmp_path: Path, signer: Signer, nine: list[tuple[int, bytes]], start: int
+) -> None:
+    out = write_export(tmp_path / "export", nine, signer, [2, 4, 8])
+    drop_prefix(out, nine, start)
+
+    line = verified(run("--key", signer.verifier_key, "--dir", out, "--workers", "1"))
+    assert line.startswith(f"audit log verified: 9 events, root {root_b64(nine)}")
+    assert f"the first {start} were dropped by retention" in line
+
+
+def test_a_forged_start_edge_or_an_altered_event_after_it_fails(
+    tmp_path: Path, signer: Signer, nine: list[tuple[int, bytes]]
+) -> None:
+    out = write_export(tmp_path / "export", nine, signer, [8])
+    drop_prefix(out, nine, 4)
+    manifest = json.loads((out / "manifest.json").read_text())
+    forged = [[2, base64.b64encode(leaf_hash(1, b"{}")).decode()]]
+    (out / "manifest.json").write_text(json.dumps({**manifest, "start_edge": forged}))
+    # A checkpoint at the start checks the edge at once (here: the stored one at 4 is not there,
+    # the one at 8 is the first to see it).
+    assert failed(run("--key", signer.verifier_key, "--dir", out)) == ("root at size 8 does not match checkpoint 1")
+
+    drop_prefix(out, nine, 4)
+    altered = [*nine[:6], (nine[6][0], nine[6][1].replace(b"test", b"TEST")), *nine[7:]]
+    write_events(out, altered[4:])
+    assert failed(run("--key", signer.verifier_key, "--dir", out)) == "root at size 8 does not match checkpoint 1"
+
+
+def test_a_malformed_start_edge_or_a_kept_checkpoint_inside_the_dropped_prefix_is_refused(
+    tmp_path: Path, signer: Signer, nine: list[tuple[int, bytes]]
+) -> None:
+    out = write_export(tmp_path / "export", nine, signer)
+    drop_prefix(out, nine, 5)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for bad in (
+        {"start": 0},
+        {"start": "5"},
+        {"start_edge": "x"},
+        {"start_edge": [[2, "not base64"], [0, manifest["start_edge"][1][1]]]},
+        {"start_edge": manifest["start_edge"][:1]},  # 5 = 4 + 1: two nodes
+    ):
+        (out / "manifest.json").write_text(json.dumps({**manifest, **bad}))
+        result = run("--key", signer.verifier_key, "--dir", out)
+        assert result.returncode == 2, (bad, result.stderr)
+        assert "start" in result.stderr
+
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    kept = tmp_path / "kept.txt"
+    kept.write_text(checkpoint(nine, 3, signer))
+    result = run("--key", signer.verifier_key, "--dir", out, "--trusted-checkpoint", kept)
+    assert result.returncode == 2
+    assert "inside the 5 events dropped by retention" in result.stderr
 
 
 # --- Format /1 (base64 event lines) ----------------------------------------------------------------
@@ -521,6 +602,7 @@ class FakeLog:
     note: str
     bad_proof: bool = False
     bad_leaf_at: int = 0
+    dropped: int = 0  # positions 1..dropped dropped by retention: served without bytes
     requests: list[str] = field(default_factory=list)
 
 
@@ -556,11 +638,17 @@ def handler_for(log: FakeLog) -> type[BaseHTTPRequestHandler]:
                         {
                             "position": position,
                             "event_id": event_id,
-                            "canonical": base64.b64encode(canonical).decode(),
+                            "canonical": None if position <= log.dropped else base64.b64encode(canonical).decode(),
                             "leaf_hash": base64.b64encode(leaf).decode(),
                         }
                     )
-                return self.send(200, json.dumps({"tree_size": len(leaves), "events": rows}).encode())
+                answer = {
+                    "tree_size": len(leaves),
+                    "dropped_through": log.dropped,
+                    "start_edge": edge(leaves[: log.dropped]),
+                    "events": rows,
+                }
+                return self.send(200, json.dumps(answer).encode())
             if url.path == "/audit/v1/proof/consistency":
                 proof = consistency(query["from"], leaves[: query["to"]])
                 if log.bad_proof:
@@ -610,6 +698,31 @@ def test_online_a_log_verifies_page_by_page_up_to_the_checkpoint(
         "/audit/v1/events?start=2001&limit=50",
     ]
     assert "/audit/v1/proof/consistency?from=1234&to=2050" in log.requests
+
+
+def test_online_after_retention_the_walk_goes_on_from_the_servers_tree_edge(
+    tmp_path: Path, signer: Signer, serve: list[ThreadingHTTPServer]
+) -> None:
+    events = make_events(1500)
+    log = FakeLog(events, checkpoint(events, 1500, signer), dropped=1100)
+    base = start(serve, log)
+    kept = tmp_path / "kept.note"
+    kept.write_text(checkpoint(events, 700, signer))  # inside the dropped prefix: a consistency proof checks it
+    line = verified(run("--key", signer.verifier_key, "--url", base, "--token", TOKEN, "--trusted-checkpoint", kept))
+    assert line.startswith(f"audit log verified: 1500 events, root {root_b64(events)}")
+    assert "the first 1100 were dropped by retention" in line
+    assert "consistent with 1 kept checkpoint(s)" in line
+    assert [path for path in log.requests if path.startswith("/audit/v1/events")] == [
+        "/audit/v1/events?start=1&limit=1000",
+        "/audit/v1/events?start=1101&limit=400",
+    ]
+
+    # A server that forges its edge is caught by the signed root.
+    forged = FakeLog(events, checkpoint(events, 1500, signer), dropped=1100)
+    forged.events = [(1, b"{}"), *events[1:]]  # the edge is built from what it serves
+    assert failed(run("--key", signer.verifier_key, "--url", start(serve, forged), "--token", TOKEN)) == (
+        "root at size 1500 does not match the checkpoint"
+    )
 
 
 def test_online_without_a_token_the_server_says_401(signer: Signer, serve: list[ThreadingHTTPServer]) -> None:

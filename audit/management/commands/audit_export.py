@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from audit.chain import chain_all
+from audit.chain import chain_all, dropped_through
 from audit.checkpoints import CheckpointRefused, latest_checkpoint, sign_checkpoint
 from audit.export import ExportError, export
 
@@ -32,10 +32,19 @@ class Command(BaseCommand):
         except CheckpointRefused as exc:
             raise CommandError(f"the tree contradicts the latest checkpoint, not exporting: {exc}") from None
         latest = latest_checkpoint()
-        total = latest.tree_size if latest is not None else 0
+        total = max(0, latest.tree_size - dropped_through()) if latest is not None else 0
         with tqdm(total=total, unit="event", desc="exporting", disable=options["no_progress"], file=sys.stderr) as bar:
             try:
                 done = export(options["out"], on_progress=bar.update)
             except ExportError as exc:
                 raise CommandError(str(exc)) from None
-        self.stdout.write(f"exported {done.tree_size} events and {done.checkpoints} checkpoints to {options['out']}")
+        if done.start:
+            self.stdout.write(
+                f"exported {done.tree_size - done.start} events (positions {done.start + 1}-{done.tree_size}; "
+                f"1-{done.start} were dropped by retention, the tree's edge there is in the manifest) "
+                f"and {done.checkpoints} checkpoints to {options['out']}"
+            )
+        else:
+            self.stdout.write(
+                f"exported {done.tree_size} events and {done.checkpoints} checkpoints to {options['out']}"
+            )
