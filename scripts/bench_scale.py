@@ -25,14 +25,18 @@ One database (``rft_bench_scale``) is grown in place and measured at each size o
    ``audit.tree.leaf_hash``, ``audit.merkle.append``, from the chain head and tree frontier the
    database holds) and COPYs the links and tree nodes; every later event goes through the real
    chainer. The five tables load in parallel, one connection and thread each
-   (``synchronous_commit = off``). Then ``ANALYZE`` (no VACUUM: autovacuum does what it would)
-   and a real signed checkpoint (``audit.checkpoints.sign_checkpoint``).
+   (``synchronous_commit = off``). Then ``VACUUM (ANALYZE)`` of each (in parallel): the steady
+   state of a database written at that rate, where autovacuum keeps up, instead of autovacuum
+   catching up with months of history during the measurements; and a real signed checkpoint
+   (``audit.checkpoints.sign_checkpoint``).
 3. Starts gunicorn (``--workers``) and the audit chainer and measures, after a warm-up, with
    ``--requests`` sequential requests of random existing targets (seeded): the flow DAG page
    ``/dashboard/admin/reasoning/<id>`` (operator session), the admin flow list filtered by
    ``trace_id`` (``/admin/v1/reasoning/flows?trace_id=``, ``reasoning.admin``), the patient
    narrative ``/api/reasoning/flows/<id>`` (the patient's token; ``NARRATIVE_RATE_LIMIT=off``)
-   and the pathway match route (``bench_matcher.time_route``): p50/p95 client-side. Then the
+   and the pathway match route (``bench_matcher.time_route``): p50/p95 client-side; the match
+   route twice, as the load left the page cache and after reading the library into it
+   (``prewarm``), with the megabytes read from disk meanwhile (``pgpgin``). Then the
    writes: one request per step with ``wrk`` for ``--write-seconds`` (``bench_write_path``'s
    single mode: open, 5 steps with a PII field, close) and OTLP ingest of ``--ingest-flows``
    traces of 6 spans (``bench_ingest``'s workload, 4 clients): steps/s and spans/s.
@@ -163,6 +167,7 @@ READS = (
     ("trace_list", "admin flow list by trace_id"),
     ("narrative", "patient narrative"),
     ("match_route", "pathway match route"),
+    ("match_resident", "pathway match route, library in memory"),
 )
 
 
@@ -371,9 +376,7 @@ class Loader:
             conn.execute("SELECT setval(pg_get_serial_sequence('audit_event', 'id'), %s)", [event_id])
         copy_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            for table in ANALYZED:
-                conn.execute(f"ANALYZE {table}")
+        vacuum(self.url, ANALYZED)
         return {"copy_s": copy_seconds, "analyze_s": time.perf_counter() - started, "events": event_id - first_id + 1}
 
     def _chunk(self, flows: range, chain: Chain, last_id: int) -> dict[str, list[str]]:
@@ -581,6 +584,30 @@ def read_chain(url: str) -> Chain:
     return Chain(size, head, frontier)
 
 
+def vacuum(url: str, tables: Sequence[str]) -> None:
+    """``VACUUM (ANALYZE)`` of ``tables``, one connection (thread) each.
+
+    The bulk load writes months of history in minutes; left to autovacuum, its catch-up (three
+    workers reading every new partition) would run during the measurements, which a database
+    written at the loaded rate (1M steps a month) never sees."""
+    errors: list[BaseException] = []
+
+    def run(table: str) -> None:
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(f"VACUUM (ANALYZE) {table}")
+        except BaseException as error:  # re-raised below, in the caller's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(table,)) for table in tables]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
 def next_event_id(url: str) -> int:
     with psycopg.connect(url) as conn:
         row = conn.execute(
@@ -699,6 +726,7 @@ def time_gets(
 
 
 def measure_reads(
+    url: str,
     port: int,
     targets: Targets,
     tokens: dict[str, str],
@@ -725,11 +753,89 @@ def measure_reads(
         latencies, errors = time_gets(port, requests[WARMUP_REQUESTS:], cookies, f"  {name}")
         figures.update(summarise(name, latencies, errors))
     if library is not None:
-        pairs = bench_matcher.query_pairs(library, count + WARMUP_REQUESTS, rng)
+        # Twice: as the history left the page cache, then with the library read into it. The
+        # route reads only the pathway table and its indexes (the same 1M rows at every size).
+        pairs = bench_matcher.query_pairs(library, 2 * count + WARMUP_REQUESTS, rng)
         bench_matcher.time_route(port, tokens["admin"], pairs[:WARMUP_REQUESTS], "  match warm-up")
-        latencies, errors = bench_matcher.time_route(port, tokens["admin"], pairs[WARMUP_REQUESTS:], "  match")
-        figures.update(summarise("match_route", latencies, errors))
+        timed = pairs[WARMUP_REQUESTS:]
+        for name, queries in (("match_route", timed[:count]), ("match_resident", timed[count:])):
+            if name == "match_resident":
+                prewarmed = prewarm(url, bench_matcher.TABLE)
+                print(f"  pathway library read into memory ({prewarmed})", flush=True)
+            with DiskReads() as read:
+                latencies, errors = bench_matcher.time_route(port, tokens["admin"], queries, f"  {name}")
+            figures.update(summarise(name, latencies, errors))
+            figures[f"{name}_disk_mb"] = read.mb
+            print(f"  {name}: {read.mb:,.0f} MB read from disk during the timed requests", flush=True)
     return figures
+
+
+def autovacuum_workers(url: str) -> int:
+    """How many autovacuum workers are running now (the reads are measured right after)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'").fetchone()
+    return int(row[0]) if row else 0
+
+
+class DiskReads:
+    """Megabytes the machine read from its block devices (``pgpgin`` of /proc/vmstat) in the block."""
+
+    def __init__(self) -> None:
+        self.mb = 0.0
+
+    @staticmethod
+    def _kib() -> int:
+        with open("/proc/vmstat") as handle:
+            for line in handle:
+                if line.startswith("pgpgin "):
+                    return int(line.split()[1])
+        return 0
+
+    def __enter__(self) -> DiskReads:
+        self._start = self._kib()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.mb = (self._kib() - self._start) / 1024
+
+
+def prewarm(url: str, table: str) -> str:
+    """Reads ``table`` and its indexes into the OS page cache, as ``pg_prewarm(…, 'read')`` does
+    (the managed services ship it; the embedded server does not, so then the relation files are
+    read directly, which needs them on this machine). Says how it was done."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        relations = [
+            int(row[0])
+            for row in conn.execute(
+                "SELECT %s::regclass::oid UNION ALL SELECT indexrelid FROM pg_index WHERE indrelid = %s::regclass",
+                [table, table],
+            )
+        ]
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        except psycopg.Error:
+            pass
+        else:
+            for oid in relations:
+                conn.execute("SELECT pg_prewarm(%s::oid::regclass, 'read')", [oid])
+            return f"pg_prewarm of {len(relations)} relations"
+        row = conn.execute("SHOW data_directory").fetchone()
+        files = [
+            Path(str(row[0] if row else "")) / str(path)
+            for (path,) in conn.execute("SELECT pg_relation_filepath(oid) FROM unnest(%s::oid[]) AS oid", [relations])
+        ]
+    size = 0
+    try:
+        for base in files:
+            segment = 0
+            while (path := base.with_name(base.name + (f".{segment}" if segment else ""))).exists():
+                with open(path, "rb", buffering=0) as handle:
+                    while chunk := handle.read(1 << 20):
+                        size += len(chunk)
+                segment += 1
+    except OSError as error:
+        return f"not done: {error}"
+    return f"{size / 2**20:,.0f} MB of relation files read"
 
 
 def summarise(name: str, latencies: Sequence[float], errors: int) -> dict[str, float]:
@@ -845,6 +951,10 @@ TABLE = (
     ("admin list by trace_id p50 / p95 (ms)", "trace_list"),
     ("narrative p50 / p95 (ms)", "narrative"),
     ("pathway match route p50 / p95 (ms)", "match_route"),
+    ("  its reads from disk (MB)", "match_route_disk_mb"),
+    ("the same, library read into memory first: p50 / p95 (ms)", "match_resident"),
+    ("  its reads from disk (MB)", "match_resident_disk_mb"),
+    ("autovacuum workers running when the reads start", "autovacuum_workers"),
     ("export of one day (s)", "export_day_s"),
     ("export rows/s", "export_rows_per_s"),
     ("audit_verify --since-checkpoint after +N events (s)", "audit_verify_incremental_s"),
@@ -853,7 +963,7 @@ TABLE = (
     ("audit links verified", "audit_links"),
     ("single-step writes (steps/s)", "single_step_writes_per_s"),
     ("OTLP ingest (spans/s)", "ingest_spans_per_s"),
-    ("load of the added steps: COPY + ANALYZE (s)", "load_s"),
+    ("load of the added steps: COPY + VACUUM ANALYZE (s)", "load_s"),
 )
 
 
@@ -1033,7 +1143,7 @@ def main() -> int:
             loaded = flows
             print(
                 f"  COPY {load['copy_s']:.0f} s ({added / load['copy_s']:,.0f} steps/s with"
-                f" {load['events']:,.0f} audit events, links and tree nodes); ANALYZE {load['analyze_s']:.0f} s",
+                f" {load['events']:,.0f} audit events, links and tree nodes); VACUUM ANALYZE {load['analyze_s']:.0f} s",
                 flush=True,
             )
             figures: dict[str, float] = {"load_s": load["copy_s"] + load["analyze_s"]}
@@ -1043,8 +1153,9 @@ def main() -> int:
             print(f"[{size:,} steps] reads ({args.requests} requests each), then writes", flush=True)
             with serving(env, args.workers) as port:
                 size_rng = random.Random(args.seed + size)
+                figures["autovacuum_workers"] = autovacuum_workers(bench_url)
                 figures |= measure_reads(
-                    port, targets, tokens, patient_tokens, cookies, library, args.requests, size_rng
+                    bench_url, port, targets, tokens, patient_tokens, cookies, library, args.requests, size_rng
                 )
                 figures |= measure_writes(port, tokens, args.write_seconds, args.ingest_flows, args.seed + size)
             with tempfile.TemporaryDirectory() as tmp:
