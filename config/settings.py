@@ -203,8 +203,11 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # Runs the listed read views inside core.replica.replica_reads() (a no-op without a replica).
     "core.replica.ReplicaReadsMiddleware",
-    # Last (django-axes asks for it): turns a locked-out login into the lockout page (429).
+    # Turns a locked-out login into the lockout page (429); django-axes asks to wrap the views.
     "axes.middleware.AxesMiddleware",
+    # Innermost: answers the three hot write routes (open, one step, close) without URL
+    # resolution and DRF's request cycle, calling what their views call (HOT_WRITES=off: no).
+    "reasoning.hot_writes.HotWritesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -332,6 +335,9 @@ OTLP_MESSAGE_CONTENT = env_choice("OTLP_MESSAGE_CONTENT", ("encrypt", "drop"), "
 # Each process keeps API tokens this long after reading them: a token revoked in the
 # database stops working everywhere within this many seconds (0: read on every request).
 API_TOKEN_CACHE_SECONDS = env_float("API_TOKEN_CACHE_SECONDS", 10.0, minimum=0.0)
+# The hot write routes (open, one step, close) answered by reasoning.hot_writes instead of
+# their DRF views (the same validation, services and answers, less CPU per request).
+HOT_WRITES = env_bool("HOT_WRITES", default=True)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["reasoning.auth.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

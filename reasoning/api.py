@@ -52,6 +52,44 @@ ID_CONFLICT = OpenApiResponse(
 FLOW_ID = OpenApiParameter("flow_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The flow's id.")
 
 
+# What the three hot write routes do once the caller is known: the DRF views below and the
+# handler below Django (``reasoning.hot_writes``) both call these. Each returns the answer's
+# body and status; errors are raised (``ValidationError``, ``ServiceError``).
+Answer = tuple[dict[str, Any], int]
+
+
+def open_flow(data: Any, *, actor: str, opener_only: bool) -> Answer:
+    """``POST /api/reasoning/flows``."""
+    fields = validated(FlowCreateSerializer, data)
+    flow, created = services.start_flow(fields, actor=actor, opener_only=opener_only)
+    return flow_representation(flow), status.HTTP_201_CREATED if created else status.HTTP_200_OK
+
+
+def add_step(flow_id: str, data: Any, *, actor: str, opener_only: bool) -> Answer:
+    """``POST /api/reasoning/flows/<flow_id>/steps``."""
+    pk = parse_uuid(flow_id, "flow_id")
+    fields = validated(StepCreateSerializer, data)
+    step, created = services.add_step(pk, fields, actor=actor, opener_only=opener_only)
+    return step_representation(step), status.HTTP_201_CREATED if created else status.HTTP_200_OK
+
+
+def close_flow(flow_id: str, data: Any, *, actor: str, opener_only: bool) -> Answer:
+    """``PATCH /api/reasoning/flows/<flow_id>``."""
+    pk = parse_uuid(flow_id, "flow_id")
+    fields = validated(FlowCloseSerializer, data)
+    flow = services.close_flow(
+        pk,
+        state=fields["flow_state"],
+        actor=actor,
+        outcome_type=fields.get("outcome_type", ""),
+        outcome_summary=fields.get("outcome_summary", ""),
+        abort_reason=fields.get("abort_reason", ""),
+        outcome_metrics=fields.get("outcome_metrics") or {},
+        opener_only=opener_only,
+    )
+    return flow_representation(flow), status.HTTP_200_OK
+
+
 class FlowCollectionView(ApiView):
     permission_classes = [CanWrite]
 
@@ -78,11 +116,8 @@ class FlowCollectionView(ApiView):
         ],
     )
     def post(self, request: Request) -> Response:
-        fields = validated(FlowCreateSerializer, request.data)
-        flow, created = services.start_flow(
-            fields, actor=actor_for(request), opener_only=changes_only_own_flows(request)
-        )
-        return Response(flow_representation(flow), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        body, code = open_flow(request.data, actor=actor_for(request), opener_only=changes_only_own_flows(request))
+        return Response(body, status=code)
 
 
 class FlowDetailView(ApiView):
@@ -184,19 +219,10 @@ class FlowDetailView(ApiView):
         ],
     )
     def patch(self, request: Request, flow_id: str) -> Response:
-        pk = parse_uuid(flow_id, "flow_id")
-        data = validated(FlowCloseSerializer, request.data)
-        flow = services.close_flow(
-            pk,
-            state=data["flow_state"],
-            actor=actor_for(request),
-            outcome_type=data.get("outcome_type", ""),
-            outcome_summary=data.get("outcome_summary", ""),
-            abort_reason=data.get("abort_reason", ""),
-            outcome_metrics=data.get("outcome_metrics") or {},
-            opener_only=changes_only_own_flows(request),
+        body, code = close_flow(
+            flow_id, request.data, actor=actor_for(request), opener_only=changes_only_own_flows(request)
         )
-        return Response(flow_representation(flow))
+        return Response(body, status=code)
 
 
 class StepCollectionView(ApiView):
@@ -237,12 +263,10 @@ class StepCollectionView(ApiView):
         ],
     )
     def post(self, request: Request, flow_id: str) -> Response:
-        pk = parse_uuid(flow_id, "flow_id")
-        fields = validated(StepCreateSerializer, request.data)
-        step, created = services.add_step(
-            pk, fields, actor=actor_for(request), opener_only=changes_only_own_flows(request)
+        body, code = add_step(
+            flow_id, request.data, actor=actor_for(request), opener_only=changes_only_own_flows(request)
         )
-        return Response(step_representation(step), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(body, status=code)
 
 
 def name_the_steps(errors: Mapping[str, Any]) -> dict[str, Any]:

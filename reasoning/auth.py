@@ -120,35 +120,43 @@ class TokenPrincipal:
         return scope in self.token.scopes
 
 
+def authenticate_bearer(header: str) -> TokenPrincipal | None:
+    """The principal of an ``Authorization`` header value: None when it is not a Bearer
+    credential (another scheme may apply); DRF's ``AuthenticationFailed`` (401) when it is one
+    that does not authenticate. Used by the DRF authentication class and by the hot write
+    routes' handler below Django (``reasoning.hot_writes``)."""
+    if not header:
+        return None
+    scheme, _, raw = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    raw = raw.strip()
+    if not raw or " " in raw:
+        raise exceptions.AuthenticationFailed("Malformed Authorization header: expected 'Bearer <token>'.")
+    presented = hash_token(raw)
+    token = token_cache.get(presented)
+    if token is None:
+        raise exceptions.AuthenticationFailed("Invalid token.")
+    now = timezone.now()
+    if token.revoked_at is not None:
+        raise exceptions.AuthenticationFailed("Token has been revoked.")
+    if token.expires_at is not None and token.expires_at <= now:
+        raise exceptions.AuthenticationFailed("Token has expired.")
+    if token.token_hash != presented and (
+        token.previous_token_hash != presented
+        or token.previous_valid_until is None
+        or token.previous_valid_until <= now
+    ):
+        raise exceptions.AuthenticationFailed("Token has been rotated: use its new secret.")
+    return TokenPrincipal(token)
+
+
 class BearerTokenAuthentication(BaseAuthentication):
     keyword = "Bearer"
 
     def authenticate(self, request: Request) -> tuple[TokenPrincipal, ApiToken] | None:
-        header = request.META.get("HTTP_AUTHORIZATION", "")
-        if not header:
-            return None
-        scheme, _, raw = header.partition(" ")
-        if scheme.lower() != "bearer":
-            return None
-        raw = raw.strip()
-        if not raw or " " in raw:
-            raise exceptions.AuthenticationFailed("Malformed Authorization header: expected 'Bearer <token>'.")
-        presented = hash_token(raw)
-        token = token_cache.get(presented)
-        if token is None:
-            raise exceptions.AuthenticationFailed("Invalid token.")
-        now = timezone.now()
-        if token.revoked_at is not None:
-            raise exceptions.AuthenticationFailed("Token has been revoked.")
-        if token.expires_at is not None and token.expires_at <= now:
-            raise exceptions.AuthenticationFailed("Token has expired.")
-        if token.token_hash != presented and (
-            token.previous_token_hash != presented
-            or token.previous_valid_until is None
-            or token.previous_valid_until <= now
-        ):
-            raise exceptions.AuthenticationFailed("Token has been rotated: use its new secret.")
-        return TokenPrincipal(token), token
+        principal = authenticate_bearer(request.META.get("HTTP_AUTHORIZATION", ""))
+        return None if principal is None else (principal, principal.token)
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="api"'
@@ -205,5 +213,9 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 def changes_only_own_flows(request: Request) -> bool:
     """A writer may change only the flows it opened, unless its token holds the admin scope
     (docs/ingest.md, "Who may change a flow")."""
-    user = request.user
+    return only_own_flows(request.user)
+
+
+def only_own_flows(user: Any) -> bool:
+    """``changes_only_own_flows`` for a request's ``user`` (or a principal)."""
     return not (isinstance(user, TokenPrincipal) and user.has_scope(ApiToken.Scope.ADMIN))

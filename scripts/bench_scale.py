@@ -762,12 +762,25 @@ def measure_reads(
             if name == "match_resident":
                 prewarmed = prewarm(url, bench_matcher.TABLE)
                 print(f"  pathway library read into memory ({prewarmed})", flush=True)
+                figures |= library_sizes(url)
             with DiskReads() as read:
                 latencies, errors = bench_matcher.time_route(port, tokens["admin"], queries, f"  {name}")
             figures.update(summarise(name, latencies, errors))
             figures[f"{name}_disk_mb"] = read.mb
             print(f"  {name}: {read.mb:,.0f} MB read from disk during the timed requests", flush=True)
     return figures
+
+
+def library_sizes(url: str) -> dict[str, float]:
+    """Megabytes of the pathway library on disk: the table with all its indexes, and the HNSW
+    index alone (what the matcher reads at random, one page per hop)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT pg_total_relation_size(%s::regclass), pg_relation_size(%s::regclass)",
+            [bench_matcher.TABLE, bench_matcher.HNSW_INDEX],
+        ).fetchone()
+    total, hnsw = (int(row[0]), int(row[1])) if row else (0, 0)
+    return {"pathway_library_mb": total / 2**20, "pathway_hnsw_mb": hnsw / 2**20}
 
 
 def autovacuum_workers(url: str) -> int:
@@ -955,6 +968,7 @@ TABLE = (
     ("the same, library read into memory first: p50 / p95 (ms)", "match_resident"),
     ("  its reads from disk (MB)", "match_resident_disk_mb"),
     ("autovacuum workers running when the reads start", "autovacuum_workers"),
+    ("pathway library on disk, all / its HNSW index (MB)", "pathway_library_mb"),
     ("export of one day (s)", "export_day_s"),
     ("export rows/s", "export_rows_per_s"),
     ("audit_verify --since-checkpoint after +N events (s)", "audit_verify_incremental_s"),
@@ -973,6 +987,8 @@ def cell(figures: dict[str, float], key: str) -> str:
     if key not in figures:
         return "—"
     value = figures[key]
+    if key == "pathway_library_mb":
+        return f"{value:,.0f} / {figures.get('pathway_hnsw_mb', 0):,.0f}"
     if key == "audit_verify_s" and figures.get("audit_verify_projected") == 2:
         return f"> {value:,.0f} (cut before the first link)"
     if key == "audit_verify_s" and figures.get("audit_verify_projected"):

@@ -1,0 +1,176 @@
+"""The three hot write routes, answered without URL resolution and DRF's request cycle.
+
+An agent that records one request per step sends, per flow, an open, one request per step and
+a close. These three routes carry almost every request the write path sees, and DRF's
+per-request machinery (its ``Request`` wrapper, negotiation, parser and renderer selection,
+authentication, permission and throttle classes, ``finalize_response``) costs more CPU than
+validating and storing the step. ``HotWritesMiddleware`` (the innermost middleware, so every
+other middleware still runs: security headers, CSP, host checks, the replica pin cookie,
+request tracing, Django's request logging) answers them itself:
+
+* ``POST /api/reasoning/flows`` (open), ``POST /api/reasoning/flows/<id>/steps`` (one step),
+  ``PATCH /api/reasoning/flows/<id>`` (close);
+* only for a request DRF would take the same way: no query string, ``Content-Type:
+  application/json`` (UTF-8), an ``Accept`` that JSON satisfies, a body within
+  ``DATA_UPLOAD_MAX_MEMORY_SIZE``, and a Bearer token that authenticates and holds
+  ``reasoning.write``.
+
+Anything else (no or a bad token, a missing scope, another content type, a query string, an
+``Accept`` asking for something else) goes on to the DRF view unchanged, which answers it as it
+always has. What runs is what the view runs, not a copy: ``reasoning.auth.authenticate_bearer``
+(the token cache), ``reasoning.access.WriteRateThrottle`` (``API_WRITE_RATE_LIMIT``),
+``core.api.StrictJSONParser``, ``reasoning.api.open_flow`` / ``add_step`` / ``close_flow``
+(validation, the service, the representation), ``core.api.exception_handler`` for every error
+and DRF's ``JSONRenderer``; the answer carries the ``Allow`` header DRF's would.
+``tests/reasoning/test_hot_writes.py`` sends the same requests both ways and compares the
+answers and what was stored.
+
+``HOT_WRITES=off`` turns it off (every request then goes through DRF).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from rest_framework import exceptions
+from rest_framework.renderers import JSONRenderer
+
+from core.api import StrictJSONParser, exception_handler
+from core.api_views import ApiView
+from reasoning import api
+from reasoning.access import WriteRateThrottle
+from reasoning.auth import TokenPrincipal, authenticate_bearer, only_own_flows
+from reasoning.models import ApiToken
+
+logger = logging.getLogger("django.request")
+
+_FLOW = "/api/reasoning/flows/"
+_STEPS = "/steps"
+# A path segment as Django's <str:…> converter matches it.
+_SEGMENT = re.compile(r"[^/]+")
+
+_PARSER = StrictJSONParser()
+_RENDERER = JSONRenderer()
+# The media types whose Accept DRF's negotiation would answer with this JSON renderer.
+_ACCEPTED = frozenset({"", "*/*", "application/*", "application/json"})
+_JSON_TYPES = frozenset({"application/json", "application/json; charset=utf-8", "application/json;charset=utf-8"})
+
+
+def _allow(view: type[ApiView]) -> str:
+    """The ``Allow`` header DRF puts on every answer of ``view`` (its methods once Django's
+    ``View.setup`` has added HEAD to a view with GET)."""
+    instance = view()
+    instance.setup(HttpRequest())
+    return ", ".join(instance.allowed_methods)
+
+
+class _Caller:
+    """What ``WriteRateThrottle`` reads of a request: its method and principal."""
+
+    def __init__(self, method: str, user: TokenPrincipal) -> None:
+        self.method = method
+        self.user = user
+
+
+Handler = Callable[[str, Any, TokenPrincipal], api.Answer]
+
+
+def _open(flow_id: str, data: Any, principal: TokenPrincipal) -> api.Answer:
+    return api.open_flow(data, actor=principal.actor, opener_only=only_own_flows(principal))
+
+
+def _step(flow_id: str, data: Any, principal: TokenPrincipal) -> api.Answer:
+    return api.add_step(flow_id, data, actor=principal.actor, opener_only=only_own_flows(principal))
+
+
+def _close(flow_id: str, data: Any, principal: TokenPrincipal) -> api.Answer:
+    return api.close_flow(flow_id, data, actor=principal.actor, opener_only=only_own_flows(principal))
+
+
+def route(method: str, path: str) -> tuple[Handler, str, str] | None:
+    """The handler, flow id and ``Allow`` header of a hot route, or None."""
+    if path == "/api/reasoning/flows":
+        return (_open, "", _ALLOW_COLLECTION) if method == "POST" else None
+    if not path.startswith(_FLOW):
+        return None
+    rest = path[len(_FLOW) :]
+    if method == "POST" and rest.endswith(_STEPS):
+        flow_id = rest[: -len(_STEPS)]
+        return (_step, flow_id, _ALLOW_STEPS) if _SEGMENT.fullmatch(flow_id) else None
+    if method == "PATCH" and _SEGMENT.fullmatch(rest):
+        return _close, rest, _ALLOW_DETAIL
+    return None
+
+
+_ALLOW_COLLECTION = _allow(api.FlowCollectionView)
+_ALLOW_STEPS = _allow(api.StepCollectionView)
+_ALLOW_DETAIL = _allow(api.FlowDetailView)
+
+
+def _accepts_json(accept: str) -> bool:
+    return all(part.strip().lower() in _ACCEPTED for part in accept.split(","))
+
+
+class HotWritesMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        found = route(request.method or "", request.path_info) if settings.HOT_WRITES else None
+        if found is None:
+            return self.get_response(request)
+        meta = request.META
+        if (
+            meta.get("QUERY_STRING")
+            or not str(meta.get("CONTENT_LENGTH", "")).isdigit()  # DRF reads a body by its length
+            or meta.get("CONTENT_TYPE", "").lower() not in _JSON_TYPES
+            or not _accepts_json(meta.get("HTTP_ACCEPT", ""))
+        ):
+            return self.get_response(request)
+        try:
+            principal = authenticate_bearer(meta.get("HTTP_AUTHORIZATION", ""))
+        except exceptions.AuthenticationFailed:
+            principal = None
+        if principal is None or not principal.has_scope(ApiToken.Scope.WRITE):
+            return self.get_response(request)  # DRF answers the 401 or 403 (and its WWW-Authenticate)
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            return self.get_response(request)
+        handler, flow_id, allow = found
+        return self._answer(request, handler, flow_id, allow, principal, body)
+
+    @staticmethod
+    def _answer(
+        request: HttpRequest, handler: Handler, flow_id: str, allow: str, principal: TokenPrincipal, body: bytes
+    ) -> HttpResponse:
+        refusal = None
+        try:
+            throttle = WriteRateThrottle()
+            if not throttle.allow_request(_Caller(request.method or "", principal), None):  # type: ignore[arg-type]
+                raise exceptions.Throttled(throttle.wait())
+            # An empty body is no data (DRF's reading of Content-Length: 0), not a parse error.
+            data = _PARSER.parse(io.BytesIO(body), "application/json", {}) if body else {}
+            payload, status = handler(flow_id, data, principal)
+        except Exception as exc:
+            refusal = exception_handler(exc, {})
+            if refusal is None:
+                raise  # as from the view: Django's handler500 answers it and logs it
+            payload, status = refusal.data, refusal.status_code
+        response = HttpResponse(_RENDERER.render(payload), status=status, content_type="application/json")
+        if refusal is not None:
+            # What the exception handler adds: Retry-After (429, 503); a 503 is logged already.
+            for name, value in refusal.items():
+                if name.lower() != "content-type":
+                    response[name] = value
+            if getattr(refusal, "_has_been_logged", False):
+                response._has_been_logged = True  # type: ignore[attr-defined]
+        response["Allow"] = allow
+        return response
