@@ -31,10 +31,9 @@ answers and what was stored.
 from __future__ import annotations
 
 import io
-import logging
 import re
 from collections.abc import Callable
-from typing import Any
+from functools import partial
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -48,8 +47,6 @@ from reasoning import api
 from reasoning.access import WriteRateThrottle
 from reasoning.auth import TokenPrincipal, authenticate_bearer, only_own_flows
 from reasoning.models import ApiToken
-
-logger = logging.getLogger("django.request")
 
 _FLOW = "/api/reasoning/flows/"
 _STEPS = "/steps"
@@ -79,33 +76,23 @@ class _Caller:
         self.user = user
 
 
-Handler = Callable[[str, Any, TokenPrincipal], api.Answer]
+# What a hot route runs once the caller is known: ``reasoning.api``'s function for the route,
+# its flow id bound; called with the body's data, ``actor`` and ``opener_only``.
+Handler = Callable[..., api.Answer]
 
 
-def _open(flow_id: str, data: Any, principal: TokenPrincipal) -> api.Answer:
-    return api.open_flow(data, actor=principal.actor, opener_only=only_own_flows(principal))
-
-
-def _step(flow_id: str, data: Any, principal: TokenPrincipal) -> api.Answer:
-    return api.add_step(flow_id, data, actor=principal.actor, opener_only=only_own_flows(principal))
-
-
-def _close(flow_id: str, data: Any, principal: TokenPrincipal) -> api.Answer:
-    return api.close_flow(flow_id, data, actor=principal.actor, opener_only=only_own_flows(principal))
-
-
-def route(method: str, path: str) -> tuple[Handler, str, str] | None:
-    """The handler, flow id and ``Allow`` header of a hot route, or None."""
+def route(method: str, path: str) -> tuple[Handler, str] | None:
+    """The handler and ``Allow`` header of a hot route, or None."""
     if path == "/api/reasoning/flows":
-        return (_open, "", _ALLOW_COLLECTION) if method == "POST" else None
+        return (api.open_flow, _ALLOW_COLLECTION) if method == "POST" else None
     if not path.startswith(_FLOW):
         return None
     rest = path[len(_FLOW) :]
     if method == "POST" and rest.endswith(_STEPS):
         flow_id = rest[: -len(_STEPS)]
-        return (_step, flow_id, _ALLOW_STEPS) if _SEGMENT.fullmatch(flow_id) else None
+        return (partial(api.add_step, flow_id), _ALLOW_STEPS) if _SEGMENT.fullmatch(flow_id) else None
     if method == "PATCH" and _SEGMENT.fullmatch(rest):
-        return _close, rest, _ALLOW_DETAIL
+        return partial(api.close_flow, rest), _ALLOW_DETAIL
     return None
 
 
@@ -144,12 +131,12 @@ class HotWritesMiddleware:
             body = request.body
         except RequestDataTooBig:
             return self.get_response(request)
-        handler, flow_id, allow = found
-        return self._answer(request, handler, flow_id, allow, principal, body)
+        handler, allow = found
+        return self._answer(request, handler, allow, principal, body)
 
     @staticmethod
     def _answer(
-        request: HttpRequest, handler: Handler, flow_id: str, allow: str, principal: TokenPrincipal, body: bytes
+        request: HttpRequest, handler: Handler, allow: str, principal: TokenPrincipal, body: bytes
     ) -> HttpResponse:
         refusal = None
         try:
@@ -158,7 +145,7 @@ class HotWritesMiddleware:
                 raise exceptions.Throttled(throttle.wait())
             # An empty body is no data (DRF's reading of Content-Length: 0), not a parse error.
             data = _PARSER.parse(io.BytesIO(body), "application/json", {}) if body else {}
-            payload, status = handler(flow_id, data, principal)
+            payload, status = handler(data, actor=principal.actor, opener_only=only_own_flows(principal))
         except Exception as exc:
             refusal = exception_handler(exc, {})
             if refusal is None:
