@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test lint fmt setup db browser fuzz faults wrk bench bench-matcher bench-flow-list bench-export bench-drift bench-audit bench-scale load clean
+.PHONY: run stop test lint fmt setup db browser fuzz faults interop interop-accept wrk bench bench-matcher bench-flow-list bench-export bench-drift bench-audit bench-scale load clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,18 @@ faults: db
 FUZZ_EXAMPLES ?= 500
 fuzz: db
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_COVERAGE=1 FUZZ_RANDOM=1 $(BIN)/pytest tests/test_fuzz.py -p no:randomly -n 0
+
+# Re-capture what real instrumentation libraries send (scripts/interop/: each library at its current
+# version in a throw-away virtualenv under /tmp/rft-interop, against a fake model server on loopback)
+# into tests/fixtures/otlp/, then replay them (tests/reasoning/test_otlp_interop.py): a library whose
+# new version maps differently fails there, naming the field. INTEROP=<library> captures one.
+# interop-accept records what is stored now as the expectations (read the diff before committing).
+INTEROP ?=
+interop: db
+	$(BIN)/python scripts/interop/interop.py $(INTEROP)
+
+interop-accept: db
+	RFT_INTEROP_UPDATE=1 $(BIN)/pytest tests/reasoning/test_otlp_interop.py -p no:randomly -q
 
 # The write-path benchmark drives the API with Debian's wrk: install it when missing.
 wrk:

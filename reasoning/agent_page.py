@@ -8,6 +8,8 @@ agent page"):
   report unless ``?report=<session id>`` picks one from the history listed under it.
 * **Sessions**: the agent's sessions newest first (``reasoning.sessions.SessionPage``), each
   with its drift level, ``SESSIONS_PER_PAGE`` a page (``?cursor=``).
+* **Failed steps**: the agent's steps whose work failed, by error type (``failures``), with a
+  link to its flows that hold one.
 * **Review**: the agent's decisions recorded incorrect with their questions and step
   timelines (``services.read_agent_review``, audited as the review route is), optionally
   ``?since=``, ``REVIEW_DECISIONS`` a page (``?review_cursor=``).
@@ -32,6 +34,7 @@ from django.views.decorators.http import require_safe
 from core.access import operator_required
 from core.actors import actor_for
 from core.errors import InvalidInput
+from core.replica import reading_connection
 from reasoning import drift, review, services
 from reasoning.agents_page import PILLS, AgentRow, agent_rows
 from reasoning.drift_api import parse_agent
@@ -39,6 +42,7 @@ from reasoning.models import DriftReport
 from reasoning.sessions import SessionPage, SessionSummary
 
 SESSIONS_PER_PAGE = 20
+FAILURE_TYPES = 10
 REVIEW_DECISIONS = 10
 REPORT_HISTORY = 12
 BAR_WIDTH = 160
@@ -206,6 +210,34 @@ def _agent(raw: str) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class FailureRow:
+    """The agent's failed steps of one error type (a label, never a message)."""
+
+    error_type: str
+    steps: int
+    flows: int
+    last_at: datetime
+
+
+# The agent's failed steps by error type, most first: a scan of the partial index
+# reasoning_step_failed (failed steps are few), then the agent's among them.
+_FAILURES = """
+    SELECT error_type, count(*), count(DISTINCT flow_id), max(coalesce(started_at, created_at))
+      FROM reasoning_step
+     WHERE outcome = 'error' AND agent = %s
+     GROUP BY error_type
+     ORDER BY count(*) DESC, error_type
+     LIMIT %s
+"""
+
+
+def failures(agent: str) -> list[FailureRow]:
+    with reading_connection().cursor() as cursor:
+        cursor.execute(_FAILURES, [agent, FAILURE_TYPES])
+        return [FailureRow(*row) for row in cursor.fetchall()]
+
+
 @operator_required
 @require_safe
 def agent_page(request: HttpRequest, agent: str) -> HttpResponse:
@@ -288,5 +320,7 @@ def agent_page(request: HttpRequest, agent: str) -> HttpResponse:
             _link(request, review_cursor=review_page.next_cursor) if review_page and review_page.next_cursor else ""
         ),
         "errors": errors,
+        "failures": failures(name),
+        "failed_flows_url": reverse("admin-flow-list") + "?" + urlencode({"agent": name, "failed": "true"}),
     }
     return render(request, "reasoning/agent.html", context, status=400 if "since" in errors else 200)

@@ -407,6 +407,13 @@ FLOW_LIST_PARAMETERS = [
         description="Only flows with (`true`) or without (`false`) a patient.",
     ),
     OpenApiParameter(
+        "failed",
+        str,
+        enum=["", "true", "false", "1", "0", "yes", "no"],
+        description="Only flows with (`true`) or without (`false`) a step whose work failed (`outcome` `error`: "
+        "an OTLP span with status ERROR or an exception).",
+    ),
+    OpenApiParameter(
         "period", str, enum=["", *PERIODS], description="Only flows created in the last hour, day or week."
     ),
     OpenApiParameter(
@@ -434,8 +441,8 @@ class AdminFlowListView(ApiView):
         operation_id="admin_flows_list",
         summary="List flows (newest first)",
         description="Needs `reasoning.admin`. Not audited. Filter by `trace_id` to reconstruct an agent turn, "
-        "or by `q`, `agent`, `session_id`, `trigger_type`, `outcome_type`, `flow_state`, `guard`, `has_patient` "
-        "and a `period` or `created_after`/`created_before` window; filters combine (AND). Unknown query "
+        "or by `q`, `agent`, `session_id`, `trigger_type`, `outcome_type`, `flow_state`, `guard`, `has_patient`, "
+        "`failed` and a `period` or `created_after`/`created_before` window; filters combine (AND). Unknown query "
         "parameters are a 400. Ordered by `sort` (default: newest first), ties by `created_at` then `id`; the "
         "operators' flow list page runs the same search. When more flows match than `limit`, the response "
         "carries `X-Next-Cursor` (and a "

@@ -26,7 +26,19 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Aggregate, Count, DurationField, ExpressionWrapper, F, FloatField, Q, QuerySet, Value
+from django.db.models import (
+    Aggregate,
+    Count,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Value,
+)
 from django.db.models.functions import Coalesce, Extract
 from django.utils import timezone
 
@@ -34,7 +46,7 @@ from core.api_views import parse_instant
 from core.cursors import decode_cursor, encode_cursor, moment
 from core.errors import InvalidInput
 from core.labels import LABEL_PATTERN, label_validator
-from reasoning.models import ReasoningFlow
+from reasoning.models import ReasoningFlow, ReasoningStep
 
 LABEL_RE = re.compile(LABEL_PATTERN)
 MAX_TEXT = 100
@@ -53,6 +65,7 @@ PARAMETERS = (
     "flow_state",
     "guard",
     "has_patient",
+    "failed",
     "period",
     "created_after",
     "created_before",
@@ -81,6 +94,8 @@ class FlowSearch:
     flow_state: str = ""
     guard: str = ""  # "", "safe", "blocked" or "blocked:<rule>"
     has_patient: bool | None = None
+    # Flows with (True) or without (False) a step whose work failed (outcome error).
+    failed: bool | None = None
     period: str = ""
     created_after: datetime | None = None
     created_before: datetime | None = None
@@ -117,6 +132,7 @@ class FlowSearch:
             flow_state=state,
             guard=guard,
             has_patient=_boolean(params.get("has_patient", "").strip(), "has_patient"),
+            failed=_boolean(params.get("failed", "").strip(), "failed"),
             period=period,
             created_after=parse_instant(params.get("created_after"), "created_after"),
             created_before=parse_instant(params.get("created_before"), "created_before"),
@@ -135,6 +151,8 @@ class FlowSearch:
         out.update(flow_state=search.flow_state, guard=search.guard, period=search.period)
         if search.has_patient is not None:
             out["has_patient"] = "true" if search.has_patient else "false"
+        if search.failed is not None:
+            out["failed"] = "true" if search.failed else "false"
         for name in ("created_after", "created_before"):
             moment = getattr(search, name)
             if moment is not None:
@@ -164,6 +182,10 @@ class FlowSearch:
             flows = flows.filter(patient_safe_summary=False, summary_guard_rule=rule)
         if self.has_patient is not None:
             flows = flows.filter(patient__isnull=not self.has_patient)
+        if self.failed is not None:
+            # Index reasoning_step_failed: the few failed steps, by flow.
+            failing = ReasoningStep.objects.filter(flow_id=OuterRef("pk"), outcome=ReasoningStep.Outcome.ERROR)
+            flows = flows.filter(Exists(failing)) if self.failed else flows.exclude(Exists(failing))
         if self.period:
             flows = flows.filter(created_at__gte=timezone.now() - PERIODS[self.period])
         if self.created_after is not None:

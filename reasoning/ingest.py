@@ -82,6 +82,7 @@ class Item:
     step_where: str = "steps[{}]."
     # Set by the OTLP path: the span that opens the flow, and the flow's real times.
     root_span_id: str = ""
+    parent_span_id: str = ""
     created_at: datetime | None = None
     closed_at: datetime | None = None
     # Replays of the open request compare this instead of the fingerprint of ``create``
@@ -227,6 +228,12 @@ def write_in_transaction(
 
 
 # --- Reading what the request refers to -------------------------------------------------
+
+
+def user_pseudonym(user_id: str) -> str:
+    """The ``user_ref`` of an end user's id: a keyed HMAC, so flows of one user group together
+    and an operator can look one up by the id, while the id itself is never stored."""
+    return salted_hmac("reasoning.user_ref", user_id, algorithm="sha256").hexdigest()[:32]
 
 
 def _prepare(item: Item) -> list[tuple[ReasoningStep, bool]] | ServiceError:
@@ -378,6 +385,9 @@ def _new_flow(item: Item, fingerprint: str, known_patients: set[uuid.UUID], now:
     fields = dict(item.create)
     fields.pop("id", None)
     patient_id = fields.pop("patient_id", None)
+    user_id = fields.pop("user_id", "")
+    if user_id:
+        fields["user_ref"] = user_pseudonym(user_id)
     if patient_id is not None and patient_id not in known_patients:
         raise _Rejected(InvalidInput("unknown patient", field=f"{item.where}patient_id"))
     if not fields.get("trace_id"):
@@ -387,6 +397,7 @@ def _new_flow(item: Item, fingerprint: str, known_patients: set[uuid.UUID], now:
         opened_by=actor,
         request_hash=fingerprint,
         root_span_id=item.root_span_id,
+        parent_span_id=item.parent_span_id,
         created_at=item.created_at or now,
         **fields,
     )

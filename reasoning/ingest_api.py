@@ -231,6 +231,13 @@ _OTLP_MEDIA_TYPES = {otlp.PROTOBUF: "protobuf", otlp.JSON: "json"}
 _MAX_PROBLEMS_IN_MESSAGE = 5
 
 
+def _listed(problems: list[otlp.SpanProblem]) -> str:
+    """The first problems' messages; the rest counted."""
+    shown = "; ".join(problem.message for problem in problems[:_MAX_PROBLEMS_IN_MESSAGE])
+    more = len(problems) - _MAX_PROBLEMS_IN_MESSAGE
+    return f"{shown}; and {more} more" if more > 0 else shown
+
+
 def _otlp_encoding(request: Request) -> str:
     media_type = (request.content_type or "").split(";", 1)[0].strip().lower()
     return _OTLP_MEDIA_TYPES.get(media_type, "json")
@@ -367,18 +374,20 @@ class OtlpTracesView(ApiView):
             return _otlp_answer(Status(code=3, message=str(exc)), encoding, status.HTTP_400_BAD_REQUEST)
         spans, problems = otlp.map_request(decoded, message_content=settings.OTLP_MESSAGE_CONTENT)
         outcome = traces.record_spans(spans, actor=actor_for(request), opener_only=changes_only_own_flows(request))
-        rejected = [*problems, *outcome.rejected]
+        rejected = [*(problem for problem in problems if not problem.stored), *outcome.rejected]
+        # Warnings name values refused from spans that were stored (a token count out of range).
+        refused = [problem for problem in problems if problem.stored]
         answer = ExportTraceServiceResponse()
+        messages = []
         if rejected:
-            shown = "; ".join(problem.message for problem in rejected[:_MAX_PROBLEMS_IN_MESSAGE])
-            more = (
-                f"; and {len(rejected) - _MAX_PROBLEMS_IN_MESSAGE} more"
-                if len(rejected) > _MAX_PROBLEMS_IN_MESSAGE
-                else ""
-            )
             noun = "span" if len(rejected) == 1 else "spans"
+            messages.append(f"{len(rejected)} {noun} rejected: {_listed(rejected)}")
             answer.partial_success.rejected_spans = len(rejected)
-            answer.partial_success.error_message = f"{len(rejected)} {noun} rejected: {shown}{more}"
+        if refused:
+            noun = "value" if len(refused) == 1 else "values"
+            messages.append(f"{len(refused)} {noun} refused (the spans were stored): {_listed(refused)}")
+        if messages:
+            answer.partial_success.error_message = "; ".join(messages)
         return _otlp_answer(answer, encoding, status.HTTP_200_OK)
 
     def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:

@@ -86,6 +86,12 @@ class ReasoningFlow(models.Model):
     # The OpenTelemetry span that opened the flow (hex), for flows recorded through /v1/traces:
     # its children's parent links resolve against it. Blank for flows opened through the JSON routes.
     root_span_id = models.CharField(max_length=16, blank=True, default="", db_default="")
+    # OTLP: the parent of the span that opened the flow (a nested agent's caller), so the turn
+    # view can draw the edge from the caller's step to this flow.
+    parent_span_id = models.CharField(max_length=16, blank=True, default="", db_default="")
+    # A keyed pseudonym of the end user the agent served (user.id and its equivalents):
+    # the first 32 hex digits of an HMAC-SHA256 keyed by SECRET_KEY, never the id itself.
+    user_ref = models.CharField(max_length=32, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
     closed_at = models.DateTimeField(null=True, blank=True)
 
@@ -133,6 +139,10 @@ class ReasoningFlow(models.Model):
 class ReasoningStep(models.Model):
     """One step of a flow. ``summary_text`` describes the step, not the patient's data."""
 
+    class Outcome(models.TextChoices):
+        OK = "ok"
+        ERROR = "error"
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     flow = models.ForeignKey(ReasoningFlow, on_delete=models.PROTECT, related_name="steps", db_index=False)
     # 1-based order of arrival within the flow, assigned under the flow's row lock.
@@ -173,6 +183,14 @@ class ReasoningStep(models.Model):
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
     reasoning_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # Input tokens served from the provider's prompt cache (part of input_tokens).
+    cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # The tool a tool_call step ran (gen_ai.tool.name and its equivalents).
+    tool = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # Whether the step's work failed (an OTLP span with status ERROR or an exception event),
+    # and a label naming how (an exception class, error.type, an HTTP status): never a message.
+    outcome = models.CharField(max_length=8, choices=Outcome.choices, default=Outcome.OK, db_default=Outcome.OK)
+    error_type = models.CharField(max_length=100, blank=True, default="", db_default="")
     # When the step began (a span's start time); steps read in this order, then by position.
     started_at = models.DateTimeField(null=True, blank=True)
     # Raw model chain-of-thought: encrypted, read only with the reasoning.cot.read scope
@@ -209,6 +227,8 @@ class ReasoningStep(models.Model):
                 name="reasoning_step_cot_created",
                 condition=Q(reasoning_content__isnull=False),
             ),
+            # The flow list's failed filter: the (few) failed steps of a flow.
+            models.Index(fields=["flow"], name="reasoning_step_failed", condition=Q(outcome="error")),
             # OTLP ingest: a span's parent is found by its span id.
             models.Index(fields=["span_id"], name="reasoning_step_span", condition=~Q(span_id="")),
             # Children of a step (DAG walks from a parent).

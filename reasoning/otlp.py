@@ -150,6 +150,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
 from core.serializers import FORBIDDEN_TEXT_CATEGORIES
+from reasoning.recording import conventions
+from reasoning.recording.conventions import CONVENTIONS, traceloop
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -157,78 +159,61 @@ CONTENT_TYPES = (PROTOBUF, JSON)
 
 MESSAGE_CONTENT_MODES = ("encrypt", "drop")
 
-# gen_ai.operation.name → step kind. A span without a mapped operation that has db.system,
-# db.system.name or gen_ai.data_source.id is a retrieval; any other span is a "span".
-KIND_BY_OPERATION: dict[str, str] = {
-    "chat": "llm_prompt",
-    "text_completion": "llm_prompt",
-    "generate_content": "llm_prompt",
-    "execute_tool": "tool_call",
-    "embeddings": "embedding",
-    "retrieval": "retrieval",
-    "create_agent": "agent_setup",
-}
+# A span with no kind from any convention that has one of these is a retrieval; a span with a
+# model and a token count is a model call; anything else is a "span".
 RETRIEVAL_MARKERS = ("db.system", "db.system.name", "gen_ai.data_source.id")
 DEFAULT_KIND = "span"
-OPENS_FLOW_OPERATION = "invoke_agent"
+# The trigger_type of a flow opened by an agent span that names no operation.
+AGENT_TRIGGER = "invoke_agent"
+# The trigger_type of a flow whose opening span names no gen_ai.operation.name, by its kind: the
+# operation names of the GenAI conventions, so flows read alike whichever library sent them.
+TRIGGER_BY_KIND = {
+    "agent": AGENT_TRIGGER,
+    "llm_prompt": "chat",
+    "tool_call": "execute_tool",
+    "embedding": "embeddings",
+    "retrieval": "retrieval",
+}
+# OpenTelemetry names an agent span "invoke_agent <agent name>".
+AGENT_SPAN_PREFIX = "invoke_agent "
 
-# Generated summaries by derived kind: (with the identifier, without it). The identifier is
-# the model (llm_prompt, embedding), gen_ai.tool.name (tool_call), gen_ai.agent.name
-# (agent_setup) or the span name (span).
+# Generated summaries by kind: (with the identifier, without it). The identifier is the model
+# (llm_prompt, embedding, rerank), the tool (tool_call), the agent (agent, agent_setup) or the
+# span name (every other kind, whose summary starts with the kind in words).
 GENERATED_SUMMARIES: dict[str, tuple[str, str]] = {
     "llm_prompt": ("Model call to {}", "Model call"),
     "tool_call": ("Called tool {}", "Called a tool"),
     "embedding": ("Embeddings from {}", "Computed embeddings"),
     "retrieval": ("Retrieved context", "Retrieved context"),
+    "rerank": ("Reranked with {}", "Reranked results"),
+    "agent": ("Agent {} ran", "An agent ran"),
     "agent_setup": ("Set up agent {}", "Set up an agent"),
-    "span": ("Span {}", "Span"),
 }
 
-# Message content (may hold PHI) → whether it is an output: the GenAI conventions' messages,
-# instructions and tool calls, their retrieval and evaluation texts, then the names other
-# instrumentations (OpenInference, Traceloop) and database spans use for such content.
-CONTENT_ATTRIBUTES: dict[str, bool] = {
-    "gen_ai.input.messages": False,
-    "gen_ai.system_instructions": False,
-    "gen_ai.tool.call.arguments": False,
-    "gen_ai.output.messages": True,
-    "gen_ai.tool.call.result": True,
-    "gen_ai.retrieval.query.text": False,
-    "gen_ai.retrieval.documents": True,
-    "gen_ai.evaluation.explanation": True,
-    "input.value": False,
-    "output.value": True,
-    "traceloop.entity.input": False,
-    "traceloop.entity.output": True,
-    "db.query.text": False,
-    "db.statement": False,
-}
-# Attribute families: every attribute whose name starts with the family name.
-CONTENT_FAMILIES: dict[str, bool] = {
-    "gen_ai.prompt": False,
-    "gen_ai.completion": True,
-    "llm.input_messages": False,
-    "llm.output_messages": True,
-}
-# Span events whose names start with the prefix carry message content whole (gen_ai.content.prompt,
-# gen_ai.choice, …); an attribute of theirs that is not itself a content attribute is an input,
-# unless the event is one of OUTPUT_EVENTS.
-CONTENT_EVENT_PREFIX = "gen_ai."
-OUTPUT_EVENTS = ("gen_ai.content.completion", "gen_ai.choice", "gen_ai.completion")
+# Span events go whole into the encrypted EVENTS_KEY (the name and every attribute): into
+# outputs for the events that carry a model's answer, into inputs for every other.
+OUTPUT_EVENTS = ("gen_ai.content.completion", "gen_ai.choice", "gen_ai.completion", "gen_ai.assistant.message")
 EVENTS_KEY = "otlp.events"
-OUTPUT_MESSAGES = "gen_ai.output.messages"
+# Attributes no convention knows, whole and encrypted (their names too).
+UNKNOWN_KEY = "otlp.attributes"
+# Keys of a JSON payload whose text is the model's reasoning, and the part types that hold it.
+REASONING_KEYS = frozenset({"reasoning_content", "reasoning", "thinking", "reasoning_text", "reasoningText"})
+REASONING_PART_TYPES = frozenset({"reasoning", "thinking", "redacted_thinking"})
 
 MAX_ATTRIBUTES = 1000
 MAX_KEPT_ATTRIBUTES = 128
 MAX_VALUE_DEPTH = 5
+MAX_JSON_SCAN = 1_000_000  # characters of a JSON payload parsed to fence its reasoning
 
 # Serializer limits the derived values respect.
 MAX_SUMMARY = 280
 MAX_TRIGGER_REF = 500
 MAX_LABEL = 100
 MAX_SESSION_ID = 100
+MAX_USER_ID = 200
 MAX_ABORT_REASON = 200
 MAX_MODEL = 200
+MAX_TOOL = 200
 MAX_REASONING_CONTENT = 200_000
 MAX_INT = 2_147_483_647
 
@@ -236,6 +221,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NOT_LABEL = re.compile(r"[^A-Za-z0-9_.:/-]+")
 _NOT_LABEL_START = re.compile(r"^[^A-Za-z0-9]+")
 _NOT_ABORT_REASON = re.compile(r"[^a-z0-9_.:-]+")
+_PYTHON_CLASS = re.compile(r"<class '([^']{1,200})'>")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _PARSE_ERROR_FIELD = re.compile(r"Failed to parse (\w+) field: ")
 _JSON_TOP_LEVEL = frozenset({"resourceSpans", "resource_spans"})
@@ -253,6 +239,7 @@ _FLOW_ATTRIBUTES = {
         "agent",
         "session_id",
         "patient_id",
+        "user_id",
         "outcome_type",
         "outcome_summary",
     )
@@ -263,6 +250,7 @@ _STEP_ATTRIBUTES = {
     "confidence": _NUMBER,
     "latency_ms": _NUMBER,
 }
+_USED_REASONING_ATTRIBUTES = frozenset(_FLOW_ATTRIBUTES) | frozenset(_STEP_ATTRIBUTES)
 
 
 class OtlpBodyError(ValueError):
@@ -281,10 +269,13 @@ class MappedSpan:
     name: str  # NUL and lone surrogates made U+FFFD
     start: datetime  # aware UTC
     end: datetime  # aware UTC
-    opens_flow: bool
-    flow: dict[str, Any]  # FlowCreateSerializer fields; {} unless opens_flow
-    close: dict[str, Any]  # FlowCloseSerializer fields; {} unless opens_flow
-    step: dict[str, Any]  # StepCreateSerializer fields; {} when opens_flow
+    opens_flow: bool  # a root span: it always opens a flow
+    flow: dict[str, Any]  # FlowCreateSerializer fields; for a root, and for an agent span (a nested flow)
+    close: dict[str, Any]  # FlowCloseSerializer fields; filled with flow
+    step: dict[str, Any]  # StepCreateSerializer fields; {} for a root span that is no call
+    kind: str = DEFAULT_KIND  # the derived step kind ("agent" for agent spans)
+    agent_named: bool = False  # the span names its agent itself (else step["agent"] is the fallback)
+    fallback_agent: str = "otlp"  # the resource's agent or service.name, as a label
 
 
 @dataclass(frozen=True)
@@ -292,6 +283,8 @@ class SpanProblem:
     trace_id: str  # hex, or "" when not 16 bytes
     span_id: str  # hex, or "" when not 8 bytes
     message: str
+    # A warning: the span was stored, one of its values was refused (a token count out of range).
+    stored: bool = False
 
 
 # --- Decoding ---------------------------------------------------------------------------
@@ -438,27 +431,50 @@ class _Problem(Exception):
     """A problem with one span: it is skipped and reported."""
 
 
+@dataclass(frozen=True)
+class _Resource:
+    service_name: str  # "" when absent
+    agent: str  # the resource's gen_ai.agent.name or agent.name, as a label; "" when absent
+
+    @property
+    def fallback_agent(self) -> str:
+        return self.agent or _label(self.service_name, MAX_LABEL) or "otlp"
+
+
 def map_request(
     request: ExportTraceServiceRequest, *, message_content: str = "encrypt"
 ) -> tuple[list[MappedSpan], list[SpanProblem]]:
-    """Every span of every resource and scope: mapped, or reported as a problem (in request order)."""
+    """Every span of every resource and scope: mapped, or reported as a problem (in request order).
+
+    Problems with ``stored`` set are warnings about spans that were mapped (a refused token count).
+    """
     if message_content not in MESSAGE_CONTENT_MODES:
         raise ValueError(f"message_content must be one of {MESSAGE_CONTENT_MODES}, not {message_content!r}")
     outcomes: list[tuple[tuple[str, str] | None, MappedSpan | SpanProblem]] = []
+    warnings: list[SpanProblem] = []
     for r, resource_spans in enumerate(request.resource_spans):
-        service_name = _service_name(resource_spans)
+        resource = _resource(resource_spans)
         for s, scope_spans in enumerate(resource_spans.scope_spans):
             for p, span in enumerate(scope_spans.spans):
                 position = f"resource_spans[{r}].scope_spans[{s}].spans[{p}]"
-                outcomes.append(_map_span(span, service_name, position, keep_content=message_content == "encrypt"))
-    return _without_duplicates(outcomes)
+                key, outcome, warned = _map_span(span, resource, position, keep_content=message_content == "encrypt")
+                outcomes.append((key, outcome))
+                warnings.extend(warned)
+    mapped, problems = _without_duplicates(outcomes)
+    stored = {(span.trace_id, span.span_id) for span in mapped}
+    return mapped, [*problems, *dict.fromkeys(w for w in warnings if (w.trace_id, w.span_id) in stored)]
 
 
-def _service_name(resource_spans: ResourceSpans) -> str:
+def _resource(resource_spans: ResourceSpans) -> _Resource:
+    """Only these two names are read from a resource; no resource attribute is stored."""
+    found: dict[str, str] = {}
     for attribute in resource_spans.resource.attributes:
-        if attribute.key == "service.name" and attribute.value.WhichOneof("value") == "string_value":
-            return str(attribute.value.string_value)
-    return ""
+        if attribute.key in ("service.name", "gen_ai.agent.name", "agent.name"):
+            value = conventions.text(attribute.value)
+            if value is not None:
+                found.setdefault(attribute.key, value)
+    agent = found.get("gen_ai.agent.name") or found.get("agent.name") or ""
+    return _Resource(found.get("service.name", ""), _label(agent, MAX_LABEL))
 
 
 def _without_duplicates(
@@ -501,20 +517,32 @@ def _without_duplicates(
 
 
 def _map_span(
-    span: Span, service_name: str, position: str, *, keep_content: bool
-) -> tuple[tuple[str, str] | None, MappedSpan | SpanProblem]:
+    span: Span, resource: _Resource, position: str, *, keep_content: bool
+) -> tuple[tuple[str, str] | None, MappedSpan | SpanProblem, list[SpanProblem]]:
     trace_id = span.trace_id.hex() if len(span.trace_id) == 16 else ""
     span_id = span.span_id.hex() if len(span.span_id) == 8 else ""
     # Only spans with usable ids can be duplicates of each other.
     key = (trace_id, span_id) if trace_id and span_id and any(span.trace_id) and any(span.span_id) else None
     label = span_id if span_id and any(span.span_id) else position
     try:
-        return key, _mapped(span, trace_id, span_id, service_name, keep_content=keep_content)
+        mapped, bad_counts = _mapped(span, trace_id, span_id, resource, keep_content=keep_content)
     except _Problem as problem:
-        return key, SpanProblem(trace_id, span_id, f"span {label}: {problem}")
+        return key, SpanProblem(trace_id, span_id, f"span {label}: {problem}"), []
+    warnings = [
+        SpanProblem(
+            trace_id,
+            span_id,
+            f"span {label}: {attribute} is not a token count (an integer from 0 to {MAX_INT}); {field} not recorded",
+            stored=True,
+        )
+        for field, attribute in bad_counts
+    ]
+    return key, mapped, warnings
 
 
-def _mapped(span: Span, trace_id: str, span_id: str, service_name: str, *, keep_content: bool) -> MappedSpan:
+def _mapped(
+    span: Span, trace_id: str, span_id: str, resource: _Resource, *, keep_content: bool
+) -> tuple[MappedSpan, list[tuple[str, str]]]:
     _check_ids(span)
     parent_span_id = span.parent_span_id.hex() if any(span.parent_span_id) else ""
     if span.start_time_unix_nano == 0:
@@ -524,16 +552,45 @@ def _mapped(span: Span, trace_id: str, span_id: str, service_name: str, *, keep_
     if len(span.attributes) > MAX_ATTRIBUTES:
         raise _Problem(f"has {len(span.attributes)} attributes; at most {MAX_ATTRIBUTES}")
     attributes = {attribute.key: attribute.value for attribute in span.attributes}
-    operation = _string(attributes, "gen_ai.operation.name")
-    opens_flow = not parent_span_id or operation == OPENS_FLOW_OPERATION
+    own_flow = _reasoning_attributes(attributes, _FLOW_ATTRIBUTES)
+    own_step = _reasoning_attributes(attributes, _STEP_ATTRIBUTES)
+    failed = span.status.code == Status.STATUS_CODE_ERROR
+    facts = conventions.read(CONVENTIONS, attributes, status_error=failed, exception_type=_exception_type(span))
+    kind = _kind(facts, attributes)
+    # Agent and tool spans may name themselves only by their entity or span name.
+    agent = facts.agent
+    if agent is None and kind == conventions.AGENT:
+        agent = conventions.text(attributes.get(traceloop.ENTITY_NAME)) or span.name.removeprefix(AGENT_SPAN_PREFIX)
+    tool = facts.tool
+    if tool is None and kind == conventions.TOOL:
+        tool = conventions.text(attributes.get(traceloop.ENTITY_NAME)) or span.name
+    agent_label = own_step.get("agent") or own_flow.get("agent") or _label(agent or "", MAX_LABEL)
+    error_type = _error_label(facts.error_type or "") if facts.failed else ""
+    if facts.failed and not error_type:
+        error_type = "span_error"
+
+    opens_flow = not parent_span_id
     flow: dict[str, Any] = {}
     close: dict[str, Any] = {}
+    if opens_flow or kind == conventions.AGENT:
+        flow, close = _flow(span, own_flow, trace_id, kind, attributes, facts, agent_label, error_type)
     step: dict[str, Any] = {}
-    if opens_flow:
-        flow, close = _flow(span, attributes, trace_id, operation)
-    else:
-        step = _step(span, attributes, span_id, service_name, operation, keep_content=keep_content)
-    return MappedSpan(
+    if not opens_flow or kind in conventions.CALL_KINDS:
+        step = _step(
+            span,
+            attributes,
+            own_step,
+            span_id,
+            kind,
+            facts,
+            agent_label or resource.fallback_agent,
+            agent_label,
+            tool,
+            error_type,
+            keep_content=keep_content,
+            used=_USED_REASONING_ATTRIBUTES if flow else frozenset(_STEP_ATTRIBUTES),
+        )
+    mapped = MappedSpan(
         trace_id=trace_id,
         span_id=span_id,
         parent_span_id=parent_span_id,
@@ -544,7 +601,11 @@ def _mapped(span: Span, trace_id: str, span_id: str, service_name: str, *, keep_
         flow=flow,
         close=close,
         step=step,
+        kind=own_step.get("kind") or kind,
+        agent_named=bool(agent_label),
+        fallback_agent=resource.fallback_agent,
     )
+    return mapped, facts.bad_counts
 
 
 def _check_ids(span: Span) -> None:
@@ -560,31 +621,65 @@ def _check_ids(span: Span) -> None:
         raise _Problem(f"parent_span_id must be empty or 8 bytes, got {len(span.parent_span_id)}")
 
 
+def _exception_type(span: Span) -> str | None:
+    """The ``exception.type`` of the span's first ``exception`` event (a class name); "exception"
+    for such an event without one. The message and stack trace are content (encrypted with the events)."""
+    for event in span.events:
+        if event.name == "exception":
+            for attribute in event.attributes:
+                if attribute.key == "exception.type" and (value := conventions.text(attribute.value)):
+                    return value
+            return "exception"
+    return None
+
+
+def _kind(facts: conventions.Facts, attributes: dict[str, AnyValue]) -> str:
+    if facts.kind is not None:
+        return facts.kind
+    if any(name in attributes for name in RETRIEVAL_MARKERS):
+        return conventions.RETRIEVAL
+    if facts.model and (facts.input_tokens is not None or facts.output_tokens is not None):
+        return conventions.LLM
+    return DEFAULT_KIND
+
+
 def _flow(
-    span: Span, attributes: dict[str, AnyValue], trace_id: str, operation: str | None
+    span: Span,
+    own: dict[str, Any],
+    trace_id: str,
+    kind: str,
+    attributes: dict[str, AnyValue],
+    facts: conventions.Facts,
+    agent: str,
+    error_type: str,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    own = _reasoning_attributes(attributes, _FLOW_ATTRIBUTES)
+    operation = conventions.text(attributes.get("gen_ai.operation.name"))
+    default_trigger = _label(operation or "", MAX_LABEL) or TRIGGER_BY_KIND.get(kind, "")
     flow: dict[str, Any] = {
-        "trigger_type": own.get("trigger_type") or _label(operation or "", MAX_LABEL) or "otlp_trace",
+        "trigger_type": own.get("trigger_type") or default_trigger or "otlp_trace",
         "trigger_ref": own["trigger_ref"] if "trigger_ref" in own else _storable(span.name)[:MAX_TRIGGER_REF],
         "trace_id": trace_id,
     }
     if "trigger_summary" in own:
         flow["trigger_summary"] = own["trigger_summary"]
-    agent = own["agent"] if "agent" in own else _label(_string(attributes, "gen_ai.agent.name") or "", MAX_LABEL)
     if agent:
         flow["agent"] = agent
     session_id = own.get("session_id")
-    if session_id is None:
-        session_id = _session_id(attributes)
-    if session_id is not None:
+    if session_id is None and facts.session is not None:
+        session_id = _storable(facts.session).strip()
+        session_id = session_id if len(session_id) <= MAX_SESSION_ID else None
+    if session_id:
         flow["session_id"] = session_id
+    user_id = own.get("user_id") or facts.user
+    if user_id:
+        flow["user_id"] = _storable(user_id)[:MAX_USER_ID]
     if "patient_id" in own:
         flow["patient_id"] = own["patient_id"]
 
     close: dict[str, Any]
-    if span.status.code == Status.STATUS_CODE_ERROR:
-        close = {"flow_state": "aborted", "abort_reason": _abort_reason(span.status.message)}
+    if error_type:
+        # The status message is content (it often quotes the failed input): only the error's type names the abort.
+        close = {"flow_state": "aborted", "abort_reason": _abort_reason(error_type)}
     else:
         close = {"flow_state": "completed", "outcome_type": own.get("outcome_type") or "span_completed"}
         if "outcome_summary" in own:
@@ -592,40 +687,30 @@ def _flow(
     return flow, close
 
 
-def _session_id(attributes: dict[str, AnyValue]) -> str | None:
-    """session.id, else gen_ai.conversation.id; an id too long for the field is left out (it stays an input)."""
-    for name in ("session.id", "gen_ai.conversation.id"):
-        value = _string(attributes, name)
-        if value is not None:
-            value = _storable(value).strip()
-            return value if value and len(value) <= MAX_SESSION_ID else None
-    return None
-
-
 def _step(
     span: Span,
     attributes: dict[str, AnyValue],
+    own: dict[str, Any],
     span_id: str,
-    service_name: str,
-    operation: str | None,
+    kind: str,
+    facts: conventions.Facts,
+    agent: str,
+    named_agent: str,
+    tool: str | None,
+    error_type: str,
     *,
     keep_content: bool,
+    used: frozenset[str],
 ) -> dict[str, Any]:
-    own = _reasoning_attributes(attributes, _STEP_ATTRIBUTES)
-    derived_kind = _derived_kind(attributes, operation)
-    model = _model(attributes)
-    agent = own.get("agent")
-    if agent is None:
-        agent = (
-            _label(_string(attributes, "gen_ai.agent.name") or "", MAX_LABEL)
-            or _label(service_name, MAX_LABEL)
-            or "otlp"
-        )
+    """The step fields of a span. ``agent``: its agent or the fallback; ``named_agent``: the one it
+    names ("" when none); ``used``: the ``reasoning.*`` attribute names this span's mapping took."""
+    model = _plain_line((facts.model or "")[: 4 * MAX_MODEL])[:MAX_MODEL].strip()
+    tool_name = _plain_line((tool or "")[: 4 * MAX_TOOL])[:MAX_TOOL].strip()
     start = _time(span.start_time_unix_nano)
     step: dict[str, Any] = {
-        "kind": own.get("kind", derived_kind),
+        "kind": own.get("kind", kind),
         "agent": agent,
-        "summary_text": own.get("summary_text") or _generated_summary(derived_kind, span, attributes, model),
+        "summary_text": own.get("summary_text") or _generated_summary(kind, span, model, tool_name, named_agent),
         "span_id": span_id,
         "started_at": start.isoformat(),
     }
@@ -635,21 +720,14 @@ def _step(
         step["latency_ms"] = duration_ms
     if model:
         step["model"] = model
-    for field, names in (
-        ("input_tokens", ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")),
-        ("output_tokens", ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")),
-        (
-            "reasoning_tokens",
-            (
-                "gen_ai.usage.reasoning.output_tokens",
-                "gen_ai.usage.reasoning_tokens",
-                "gen_ai.usage.output_tokens_details.reasoning_tokens",
-            ),
-        ),
-    ):
-        count = _token_count(attributes, names)
-        if count is not None:
+    if tool_name and kind == conventions.TOOL:
+        step["tool"] = tool_name
+    for field in ("input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens"):
+        if (count := getattr(facts, field)) is not None:
             step[field] = count
+    if error_type:
+        step["outcome"] = "error"
+        step["error_type"] = error_type
     for name in ("confidence", "rationale", *_STEP_REFS):
         if name in own:
             step[name] = own[name]
@@ -658,19 +736,33 @@ def _step(
     outputs: dict[str, Any] = {}
     pii: list[str] = []
     reasoning: list[str] = []
-    remaining = 0
+    kept = 0
     for name, value in attributes.items():
-        if name.startswith("reasoning.") and name.removeprefix("reasoning.") in _STEP_ATTRIBUTES:
+        if name.startswith("reasoning.") and name.removeprefix("reasoning.") in used:
             continue
-        if name == EVENTS_KEY:  # reserved for the events' content
-            continue
-        if _content_direction(name) is not None:
-            if keep_content:
-                _place_content(name, _json_value(value), inputs, outputs, reasoning, pii=pii)
-            continue
-        if remaining < MAX_KEPT_ATTRIBUTES:
+        direction, family = _content(name)
+        if direction is None and kept < MAX_KEPT_ATTRIBUTES and _is_clear(name, value):
             inputs[_storable(name)] = _json_value(value)
-            remaining += 1
+            kept += 1
+            continue
+        if not keep_content:
+            continue
+        # Content, or an attribute no convention lets us keep in clear: encrypted, never in clear.
+        cleaned = _fenced(name, _json_value(value), reasoning)
+        if cleaned is _FENCED_WHOLE:
+            continue
+        if direction is None:
+            target, key = inputs.setdefault(UNKNOWN_KEY, {}), _storable(name)
+            _add_pii(pii, UNKNOWN_KEY)
+        else:
+            holder = outputs if direction else inputs
+            if family is not None:
+                target, key = holder.setdefault(_storable(family), {}), _storable(name)
+                _add_pii(pii, _storable(family))
+            else:
+                target, key = holder, _storable(name)
+                _add_pii(pii, key)
+        target[key] = cleaned
     if keep_content:
         _place_events(span, inputs, outputs, reasoning, pii)
         if reasoning:
@@ -682,6 +774,24 @@ def _step(
     if pii:
         step["pii_fields"] = pii
     return step
+
+
+def _add_pii(pii: list[str], key: str) -> None:
+    if key not in pii:
+        pii.append(key)
+
+
+def _content(name: str) -> tuple[bool | None, str | None]:
+    """(direction, family) of a content attribute: the first convention that knows it as content."""
+    for convention in CONVENTIONS:
+        direction = convention.direction(name)
+        if direction is not None:
+            return direction, convention.family(name)
+    return None, None
+
+
+def _is_clear(name: str, value: AnyValue) -> bool:
+    return any(convention.is_clear(name, value) for convention in CONVENTIONS)
 
 
 def _reasoning_attributes(attributes: dict[str, AnyValue], wanted: dict[str, tuple[str, ...]]) -> dict[str, Any]:
@@ -708,50 +818,16 @@ def _type_name(which: str | None) -> str:
     return which.removesuffix("_value") if which else "an empty value"
 
 
-def _string(attributes: dict[str, AnyValue], name: str) -> str | None:
-    """A non-``reasoning.*`` string attribute; another type counts as absent (it stays an input)."""
-    value = attributes.get(name)
-    if value is None or value.WhichOneof("value") != "string_value":
-        return None
-    return value.string_value
-
-
-def _derived_kind(attributes: dict[str, AnyValue], operation: str | None) -> str:
-    if operation in KIND_BY_OPERATION:
-        return KIND_BY_OPERATION[operation]
-    if any(name in attributes for name in RETRIEVAL_MARKERS):
-        return "retrieval"
-    return DEFAULT_KIND
-
-
-def _model(attributes: dict[str, AnyValue]) -> str:
-    for name in ("gen_ai.response.model", "gen_ai.request.model"):
-        model = _plain_line((_string(attributes, name) or "")[: 4 * MAX_MODEL])[:MAX_MODEL].strip()
-        if model:
-            return model
-    return ""
-
-
-def _token_count(attributes: dict[str, AnyValue], names: tuple[str, ...]) -> int | None:
-    for name in names:
-        value = attributes.get(name)
-        if value is not None:
-            if value.WhichOneof("value") == "int_value" and 0 <= value.int_value <= MAX_INT:
-                return value.int_value
-            return None
-    return None
-
-
-def _generated_summary(kind: str, span: Span, attributes: dict[str, AnyValue], model: str) -> str:
+def _generated_summary(kind: str, span: Span, model: str, tool: str, agent: str) -> str:
     """From identifiers only (model, tool, agent and span names): never from message content."""
-    identifier = {
-        "llm_prompt": model,
-        "embedding": model,
-        "tool_call": _string(attributes, "gen_ai.tool.name") or "",
-        "agent_setup": _string(attributes, "gen_ai.agent.name") or "",
-        "span": span.name,
-    }.get(kind, "")
-    with_identifier, without = GENERATED_SUMMARIES[kind]
+    if kind in GENERATED_SUMMARIES:
+        identifier = {"llm_prompt": model, "embedding": model, "rerank": model, "tool_call": tool}.get(kind, agent)
+        if kind == "retrieval":
+            identifier = ""
+        with_identifier, without = GENERATED_SUMMARIES[kind]
+    else:
+        words = _plain_line(kind.replace("_", " ")).capitalize() or "Span"
+        identifier, with_identifier, without = span.name, words + " {}", words
     identifier = _plain_line(identifier[: 4 * MAX_SUMMARY])
     summary = with_identifier.format(identifier) if identifier else without
     if len(summary) > MAX_SUMMARY:
@@ -759,107 +835,112 @@ def _generated_summary(kind: str, span: Span, attributes: dict[str, AnyValue], m
     return summary
 
 
-# --- Message content --------------------------------------------------------------------
+# --- Message content and reasoning ----------------------------------------------------------
 
 
-def _content_direction(name: str) -> bool | None:
-    """True for output content, False for input content, None for an attribute that is not content."""
-    if name in CONTENT_ATTRIBUTES:
-        return CONTENT_ATTRIBUTES[name]
-    for family, is_output in CONTENT_FAMILIES.items():
-        if name.startswith(family):
-            return is_output
-    return None
+class _Whole:
+    """The value was reasoning through and through: it went whole into reasoning_content."""
 
 
-def _place_content(
-    name: str,
-    value: Any,
-    inputs: dict[str, Any],
-    outputs: dict[str, Any],
-    reasoning: list[str],
-    *,
-    pii: list[str] | None = None,
-    default_output: bool = False,
-) -> None:
-    """Put one content attribute where it belongs.
+_FENCED_WHOLE = _Whole()
 
-    ``pii`` (given for span attributes, not for an event's) collects the top-level keys used,
-    and a family member goes under the family's key.
+
+def _fenced(name: str, value: Any, reasoning: list[str]) -> Any:
+    """``value`` without the model's reasoning, whose texts are appended to ``reasoning``.
+
+    1. An attribute whose name says reasoning (``gen_ai.completion.0.reasoning``,
+       ``ai.response.reasoning``) is reasoning whole.
+    2. JSON (a list or object, or a string holding one, at any depth of JSON-in-JSON): the
+       values under :data:`REASONING_KEYS` and the parts whose ``type`` is in
+       :data:`REASONING_PART_TYPES` are taken out; the rest keeps its form.
+    3. A string that looks like JSON but does not parse, and mentions reasoning, cannot be
+       separated: it is reasoning whole.
     """
-    direction = _content_direction(name)
-    target = outputs if (default_output if direction is None else direction) else inputs
-    if name == OUTPUT_MESSAGES:
-        value = _without_reasoning(value, reasoning)
-    family = next((family for family in CONTENT_FAMILIES if name.startswith(family)), None)
-    if pii is None:
-        target[_storable(name)] = value
-        return
-    key = _storable(family or name)
-    if family is not None:
-        target.setdefault(key, {})[_storable(name)] = value
-    else:
-        target[key] = value
-    if key not in pii:
-        pii.append(key)
+    last = name.rsplit(".", 1)[-1]
+    if (
+        "reasoning" in name.lower()
+        and not name.startswith("reasoning.")  # this project's own attributes
+        and last != "reasoning_tokens"
+        and isinstance(value, str | list | dict)
+    ):
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if text:
+            reasoning.append(_storable(text))
+        return _FENCED_WHOLE
+    return _without_reasoning(value, reasoning, 0)
+
+
+def _without_reasoning(value: Any, reasoning: list[str], depth: int) -> Any:
+    if depth > 2 * MAX_VALUE_DEPTH:
+        return value
+    if isinstance(value, str):
+        stripped = value.lstrip()
+        if stripped.startswith('"') and len(value) <= MAX_JSON_SCAN:
+            # A JSON string literal (MLflow encodes every value so): look inside it.
+            try:
+                inner = json.loads(value)
+            except (ValueError, RecursionError):
+                return value
+            if not isinstance(inner, str):
+                return value
+            found = len(reasoning)
+            kept_inner = _without_reasoning(inner, reasoning, depth + 1)
+            return value if len(reasoning) == found else _storable(json.dumps(kept_inner, ensure_ascii=False))
+        if not stripped.startswith(("{", "[")) or len(value) > MAX_JSON_SCAN:
+            return value
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
+            lowered = value.lower()
+            if "reasoning" in lowered or "thinking" in lowered:
+                reasoning.append(_storable(value))
+                return ""
+            return value
+        found = len(reasoning)
+        kept = _without_reasoning(parsed, reasoning, depth + 1)
+        return value if len(reasoning) == found else _storable(json.dumps(kept, ensure_ascii=False))
+    if isinstance(value, list):
+        result = []
+        for item in value:
+            if isinstance(item, dict) and str(item.get("type", "")).lower() in REASONING_PART_TYPES:
+                _take_reasoning(item, reasoning)
+                continue
+            result.append(_without_reasoning(item, reasoning, depth + 1))
+        return result
+    if isinstance(value, dict):
+        result_object: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in REASONING_KEYS and item not in (None, "", [], {}):
+                text = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
+                reasoning.append(_storable(text))
+                continue
+            result_object[key] = _without_reasoning(item, reasoning, depth + 1)
+        return result_object
+    return value
+
+
+def _take_reasoning(part: dict[str, Any], reasoning: list[str]) -> None:
+    for key in ("content", "text", "thinking", "reasoning", "summary", "data"):
+        text = part.get(key)
+        if isinstance(text, str) and text:
+            reasoning.append(_storable(text))
+            return
+    reasoning.append(_storable(json.dumps(part, ensure_ascii=False)))
 
 
 def _place_events(
     span: Span, inputs: dict[str, Any], outputs: dict[str, Any], reasoning: list[str], pii: list[str]
 ) -> None:
-    """Content-carrying span events → ``inputs``/``outputs`` under :data:`EVENTS_KEY`."""
+    """Every span event, whole (name and attributes), into the encrypted :data:`EVENTS_KEY`."""
     for event in span.events:
-        whole = event.name.startswith(CONTENT_EVENT_PREFIX)
-        default_output = event.name.startswith(OUTPUT_EVENTS)
-        event_inputs: dict[str, Any] = {}
-        event_outputs: dict[str, Any] = {}
+        attributes: dict[str, Any] = {}
         for attribute in event.attributes:
-            if whole or _content_direction(attribute.key) is not None:
-                _place_content(
-                    attribute.key,
-                    _json_value(attribute.value),
-                    event_inputs,
-                    event_outputs,
-                    reasoning,
-                    default_output=default_output,
-                )
-        for target, attributes in ((inputs, event_inputs), (outputs, event_outputs)):
-            if attributes:
-                target.setdefault(EVENTS_KEY, []).append({"name": _storable(event.name), "attributes": attributes})
-                if EVENTS_KEY not in pii:
-                    pii.append(EVENTS_KEY)
-
-
-def _without_reasoning(messages: Any, reasoning: list[str]) -> Any:
-    """gen_ai.output.messages without its reasoning parts, whose texts are appended to ``reasoning``.
-
-    The value is a JSON string (the usual encoding) or a list (an OTLP array of kvlists);
-    it is returned in the form it came in. Anything else is returned unchanged.
-    """
-    if isinstance(messages, str):
-        try:
-            parsed = json.loads(messages)
-        except (ValueError, RecursionError):
-            return messages
-        if not isinstance(parsed, list):
-            return messages
-        kept = _without_reasoning(parsed, reasoning)
-        return messages if kept == parsed else _storable(json.dumps(kept, ensure_ascii=False))
-    if not isinstance(messages, list):
-        return messages
-    result: list[Any] = []
-    for message in messages:
-        if isinstance(message, dict) and isinstance(parts := message.get("parts"), list):
-            kept_parts = []
-            for part in parts:
-                if isinstance(part, dict) and part.get("type") == "reasoning":
-                    if isinstance(text := part.get("content"), str) and text:
-                        reasoning.append(text)
-                else:
-                    kept_parts.append(part)
-            message = {**message, "parts": kept_parts}
-        result.append(message)
-    return result
+            cleaned = _fenced(attribute.key, _json_value(attribute.value), reasoning)
+            if cleaned is not _FENCED_WHOLE:
+                attributes[_storable(attribute.key)] = cleaned
+        target = outputs if event.name.startswith(OUTPUT_EVENTS) else inputs
+        target.setdefault(EVENTS_KEY, []).append({"name": _storable(event.name), "attributes": attributes})
+        _add_pii(pii, EVENTS_KEY)
 
 
 # --- Values -----------------------------------------------------------------------------
@@ -914,6 +995,13 @@ def _label(text: str, max_length: int) -> str:
     """``text`` as a label: each run of other characters "_", starting with a letter or digit; or ""."""
     label = _NOT_LABEL_START.sub("", _NOT_LABEL.sub("_", text))
     return label[:max_length].rstrip("_")
+
+
+def _error_label(error_type: str) -> str:
+    """An error type as a label; Python's ``<class 'openai.InternalServerError'>`` as the class name."""
+    if match := _PYTHON_CLASS.fullmatch(error_type.strip()):
+        error_type = match[1]
+    return _label(error_type, MAX_LABEL)
 
 
 def _abort_reason(message: str) -> str:

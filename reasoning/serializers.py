@@ -41,6 +41,13 @@ class FlowCreateSerializer(StrictSerializer):
     )
     session_id = StrictCharField(max_length=100, required=False, allow_blank=True)
     agent = label_field(required=False, allow_blank=True)
+    user_id = StrictCharField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        write_only=True,
+        help_text="The end user the agent served: stored only as a keyed pseudonym (`user_ref`), never in clear.",
+    )
     patient_id = StrictUUIDField(required=False, allow_null=True, help_text="Opaque patient id.")
     dispatched_from_backlog = StrictBooleanField(
         required=False,
@@ -95,6 +102,31 @@ class StepCreateSerializer(StrictSerializer):
         required=False,
         allow_null=True,
         help_text="Reasoning (thinking) tokens, where the provider reports them.",
+    )
+    cached_tokens = StrictIntegerField(
+        min_value=0,
+        max_value=2_147_483_647,
+        required=False,
+        allow_null=True,
+        help_text="Input tokens served from the provider's prompt cache (part of input_tokens).",
+    )
+    tool = StrictCharField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        validators=[plain_text_validator],
+        help_text="The tool a tool_call step ran, e.g. `lookup_guideline`.",
+    )
+    outcome = serializers.ChoiceField(
+        choices=ReasoningStep.Outcome.choices,
+        required=False,
+        help_text="`error` when the step's work failed (default `ok`).",
+    )
+    error_type = label_field(
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        help_text="How it failed, as a label (an exception class, an HTTP status): never a message.",
     )
     started_at = serializers.DateTimeField(
         required=False, allow_null=True, help_text="When the step began; a flow's steps are read in this order."
@@ -323,7 +355,7 @@ def flow_tokens(steps: Sequence[ReasoningStep]) -> dict[str, Any]:
     }
 
 
-_TOKEN_COUNTS = ("input_tokens", "output_tokens", "reasoning_tokens")
+_TOKEN_COUNTS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens")
 
 
 FLOW_FIELDS = [
@@ -341,6 +373,8 @@ FLOW_FIELDS = [
     "outcome_summary",
     "outcome_confidence",
     "abort_reason",
+    "user_ref",
+    "parent_span_id",
     "outcome_metrics",
     "outcome",
     "outcome_correct",
@@ -383,6 +417,10 @@ STEP_FIELDS = [
     "input_tokens",
     "output_tokens",
     "reasoning_tokens",
+    "cached_tokens",
+    "tool",
+    "outcome",
+    "error_type",
     "started_at",
     "pii_fields",
     "created_at",
@@ -459,6 +497,9 @@ class FlowTokensSerializer(serializers.Serializer[Any]):
     input_tokens = serializers.IntegerField(allow_null=True, help_text="Summed; null when no step reported it.")
     output_tokens = serializers.IntegerField(allow_null=True, help_text="Summed; null when no step reported it.")
     reasoning_tokens = serializers.IntegerField(allow_null=True, help_text="Summed; null when no step reported it.")
+    cached_tokens = serializers.IntegerField(
+        allow_null=True, help_text="Input tokens served from the prompt cache, summed; null when no step reported it."
+    )
     models = serializers.ListField(child=serializers.CharField(), help_text="The models the steps named, sorted.")
 
 

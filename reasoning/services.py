@@ -286,6 +286,14 @@ PAGE_STEP_FIELDS = (
     "reasoning_content_chars",
     "created_at",
     "started_at",
+    "model",
+    "tool",
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cached_tokens",
+    "outcome",
+    "error_type",
     # The names of the keys held encrypted (never their values).
     "pii_fields",
 )

@@ -2,17 +2,31 @@
 
 ``reasoning.otlp`` maps each span to the JSON routes' fields; here the spans are placed:
 
-* A span that opens a flow (a root, or an ``invoke_agent`` span) is a flow whose id is
-  derived from its trace and span ids (``span_uuid``), opened and closed at once (exporters
-  send a span when it ends): created at the span's start, closed at its end.
-* Every other span is a step (its id derived the same way) of the flow that its nearest
-  opening ancestor opened; its parent step is its parent span, unless that span opened the
-  flow.
+* A root span (no parent) opens a flow whose id is derived from its trace and span ids
+  (``span_uuid``), opened and closed at once (exporters send a span when it ends): created at
+  the span's start, closed at its end. A root span that is itself a call (a model call, a tool,
+  a retrieval, an embedding, a rerank) is also the flow's first step (``call_step_uuid``), so
+  a bare model call is a flow of one step, never a flow without steps.
+* Every other span is a step (its id derived the same way) of the flow of its nearest
+  flow-opening ancestor; its parent step is its parent span, unless that span opened the flow.
+* An agent span opens a flow of its own when an agent encloses it (the flow it would join was
+  opened by an agent span, or an agent step lies between them): a nested agent, whose flow
+  records its caller (``parent_span_id``) so the turn view links the two. The outermost agent
+  under a root that is no agent (a workflow or a request span wrapping the run) is a step of
+  kind ``agent`` of the root's flow instead, so a wrapper never leaves a flow without steps.
+* Agents: a step's agent is the one its span names; else the nearest enclosing agent's; else
+  its flow's; else the resource's (``service.name``). A flow whose opening span names no agent
+  takes the first agent named by one of its steps, else the resource's.
 * A span whose ancestors have not arrived (exporters send children before their parents,
   in any request) is stored in ``reasoning_pending_span`` (encrypted) in the same
-  transaction, before the answer, and becomes a step when the span that places it arrives.
+  transaction, before the answer, and is placed when the span that places it arrives.
   Spans whose flow never arrives are adopted by the decay job (``adopt_orphans``): they
   become an aborted flow of their trace, so nothing acknowledged is lost.
+
+Whether an agent span nests is decided from what has arrived when it is placed: the spans of
+the request and the pending ones, and for a stored parent, whether that parent's flow was
+opened by an agent (``trigger_type`` ``invoke_agent`` or a nested flow) or the parent is an
+agent step.
 
 All of a request's spans of one trace are all or none: a span that fails the JSON routes'
 validation rejects its trace's spans in that request (OTLP ``partial_success``). Re-sending
@@ -38,7 +52,8 @@ from core.bulk import fetch
 from core.serializers import validated
 from reasoning import ingest
 from reasoning.models import PendingSpan, ReasoningFlow
-from reasoning.otlp import MappedSpan, SpanProblem
+from reasoning.otlp import AGENT_TRIGGER, DEFAULT_KIND, MappedSpan, SpanProblem
+from reasoning.recording.conventions import AGENT
 from reasoning.serializers import FlowCloseSerializer, FlowCreateSerializer, StepCreateSerializer
 
 # uuid5 namespace of the flow and step ids derived from OTLP (trace id, span id).
@@ -46,12 +61,19 @@ SPAN_NAMESPACE = uuid.UUID("6f1d2a8e-8c4b-5e0f-9a57-3c2b1d0e4f61")
 ORPHAN_TRIGGER = "otlp_trace"
 ORPHAN_ABORT_REASON = "timeout"
 
+Key = tuple[str, str]  # (trace id, span id), hex
+
 
 @functools.lru_cache(maxsize=4096)
 def span_uuid(trace_id: str, span_id: str) -> uuid.UUID:
     """The flow or step id of a span: the same span always gets the same id (replays).
     Cached: placing one request's spans asks for each id several times."""
     return uuid.uuid5(SPAN_NAMESPACE, f"{trace_id}:{span_id}")
+
+
+def call_step_uuid(trace_id: str, span_id: str) -> uuid.UUID:
+    """The id of the step a root call span is in its own flow."""
+    return span_uuid(trace_id, f"{span_id}:call")
 
 
 @dataclass
@@ -68,7 +90,7 @@ def record_spans(spans: Sequence[MappedSpan], *, actor: str, opener_only: bool =
     may join only flows this caller opened (``ingest.write``)."""
     outcome = Outcome()
     valid: list[MappedSpan] = []
-    validated: dict[tuple[str, str], dict[str, Any]] = {}
+    checked_spans: dict[Key, dict[str, Any]] = {}
     bad_traces: dict[str, SpanProblem] = {}
     traces_of_span: dict[str, set[str]] = defaultdict(set)
     for span in spans:
@@ -91,7 +113,7 @@ def record_spans(spans: Sequence[MappedSpan], *, actor: str, opener_only: bool =
             bad_traces.setdefault(span.trace_id, checked)
         else:
             valid.append(span)
-            validated[(span.trace_id, span.span_id)] = checked
+            checked_spans[(span.trace_id, span.span_id)] = checked
     for span in valid:
         if span.trace_id in bad_traces:
             first = bad_traces[span.trace_id]
@@ -102,10 +124,10 @@ def record_spans(spans: Sequence[MappedSpan], *, actor: str, opener_only: bool =
     if not valid:
         return outcome
     try:
-        written = _record(valid, validated, actor, opener_only)
+        written = _record(valid, checked_spans, actor, opener_only)
     except IntegrityError:
         # A concurrent request delivered some of the same spans: now they are visible as replays.
-        written = _record(valid, validated, actor, opener_only)
+        written = _record(valid, checked_spans, actor, opener_only)
     _, plans, accepted, parked, rejected = written
     ingest.count(plans)
     outcome.accepted += accepted
@@ -116,12 +138,13 @@ def record_spans(spans: Sequence[MappedSpan], *, actor: str, opener_only: bool =
 
 def _validate(span: MappedSpan) -> SpanProblem | dict[str, Any]:
     """The JSON routes' validation of what the span maps to: the validated fields
-    (``{"flow": …, "close": …}`` or ``{"step": …}``), or the problem."""
-    checks: list[tuple[type[Any], dict[str, Any], str]] = (
-        [(FlowCreateSerializer, span.flow, "flow"), (FlowCloseSerializer, span.close, "close")]
-        if span.opens_flow
-        else [(StepCreateSerializer, span.step, "step")]
-    )
+    (``flow`` and ``close`` for a span that may open a flow, ``step`` for one that may be a step),
+    or the problem."""
+    checks: list[tuple[type[Any], dict[str, Any], str]] = []
+    if span.flow:
+        checks += [(FlowCreateSerializer, span.flow, "flow"), (FlowCloseSerializer, span.close, "close")]
+    if span.step:
+        checks.append((StepCreateSerializer, span.step, "step"))
     checked: dict[str, Any] = {}
     for serializer_class, data, part in checks:
         try:
@@ -138,16 +161,43 @@ def _attribute(field_name: str) -> str:
     return f"reasoning.{field_name}" if field_name not in ("trace_id", "span_id", "started_at") else field_name
 
 
+@dataclass(frozen=True)
+class _Anchor:
+    """Where a span's children go: their flow, their parent step (None: the flow's root), whether
+    an agent encloses them, and that agent (None when no agent is known there)."""
+
+    flow_id: uuid.UUID
+    step_id: uuid.UUID | None
+    in_agent: bool
+    agent: str | None
+
+
 @dataclass
 class _Placed:
     span: MappedSpan
     flow_id: uuid.UUID
     parent_step_id: uuid.UUID | None
+    # The step's agent when known from the span or its enclosing agent; else its flow's.
+    agent: str | None = None
+    # An agent span that opens a nested flow (flow_id is then its own flow).
+    as_flow: bool = False
+
+
+@dataclass
+class _Stored:
+    """The spans among those asked for that are stored already."""
+
+    flows: dict[Key, _Anchor] = field(default_factory=dict)  # spans that opened a flow
+    steps: dict[Key, _Anchor] = field(default_factory=dict)  # spans that became a step
+    calls: dict[Key, _Anchor] = field(default_factory=dict)  # root call spans' own steps
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.flows or key in self.steps
 
 
 @transaction.atomic(durable=True)
 def _record(
-    spans: Sequence[MappedSpan], validated: Mapping[tuple[str, str], dict[str, Any]], actor: str, opener_only: bool
+    spans: Sequence[MappedSpan], checked: Mapping[Key, dict[str, Any]], actor: str, opener_only: bool
 ) -> tuple[list[ingest.Result], list[ingest.Plan], int, int, list[SpanProblem]]:
     traces = sorted({span.trace_id for span in spans})
     pending = {
@@ -159,16 +209,16 @@ def _record(
 
     # Where the spans' parents already are: flows they opened, steps they became.
     wanted_parents = {(span.trace_id, span.parent_span_id) for span in universe.values() if span.parent_span_id}
-    wanted = wanted_parents | set(incoming)
-    openers, steps = _stored(wanted)
+    stored = _stored(wanted_parents | set(incoming))
 
-    placed = _place(universe, openers, steps)
+    placed = _place(universe, stored)
 
-    items, spans_of_item = _items(placed, openers, incoming, validated)
-    # What this transaction already found not stored: the flows the request's opening spans
-    # open and the steps its spans become (parents that are stored steps are looked up again,
-    # with their flows, by the write path).
-    absent = {span_uuid(*key) for key in incoming if key not in openers and key not in steps}
+    items, spans_of_item = _items(placed, stored, incoming, universe, checked)
+    # What this transaction already found not stored: the flows the request's spans open and
+    # the steps they become (parents that are stored steps are looked up again, with their
+    # flows, by the write path).
+    absent = {span_uuid(*key) for key in incoming if key not in stored}
+    absent |= {call_step_uuid(*key) for key, span in incoming.items() if span.opens_flow and span.step}
     results, plans = ingest.write_in_transaction(items, actor=actor, absent=absent, opener_only=opener_only)
 
     accepted = 0
@@ -185,13 +235,13 @@ def _record(
         accepted += len(fresh)
         released.extend(pending[key].id for key, _ in item_spans if key in pending)
     # Replays of spans already stored as steps or flows count as accepted.
-    accepted += sum(1 for key in incoming if key in steps or key in openers)
+    accepted += sum(1 for key in incoming if key in stored)
     if released:
         PendingSpan.objects.filter(pk__in=released).delete()
     to_park = [
         span
         for key, span in incoming.items()
-        if not span.opens_flow and key not in placed and key not in steps and key not in pending
+        if not span.opens_flow and key not in placed and key not in stored and key not in pending
     ]
     parked_again = sum(1 for key in incoming if key in pending and key not in placed)
     if to_park:
@@ -210,31 +260,33 @@ def _record(
     return results, plans, accepted, len(to_park) + parked_again, rejected
 
 
-def _place(
-    universe: Mapping[tuple[str, str], MappedSpan],
-    openers: Mapping[tuple[str, str], uuid.UUID],
-    steps: Mapping[tuple[str, str], tuple[uuid.UUID, uuid.UUID]],
-) -> dict[tuple[str, str], _Placed]:
-    """Every step span of ``universe`` whose flow is known: walk up to the nearest span that
-    is placed (a stored opener or step, an opening span, a span placed already), then place
-    the walked chain downwards. Spans that reach an unknown parent stay unplaced."""
-    placed: dict[tuple[str, str], _Placed] = {}
+def _place(universe: Mapping[Key, MappedSpan], stored: _Stored) -> dict[Key, _Placed]:
+    """Every non-root span of ``universe`` whose flow is known: walk up to the nearest span that
+    is placed (a stored opener or step, a root span, a span placed already), then place the
+    walked chain downwards, deciding on the way whether each agent span nests (module
+    docstring). Spans that reach an unknown parent stay unplaced."""
+    placed: dict[Key, _Placed] = {}
+    below: dict[Key, _Anchor] = {}  # the anchor each placed span gives its children
 
-    def anchor(key: tuple[str, str]) -> tuple[uuid.UUID, uuid.UUID | None] | None:
-        """(flow id, step id or None) for a child of the span ``key``, when that is known."""
-        if key in openers:
-            return openers[key], None
-        if key in steps:
-            return steps[key]
-        if key in placed:
-            return placed[key].flow_id, span_uuid(*key)
+    def anchor(key: Key) -> _Anchor | None:
+        """Where a child of the span ``key`` goes, when that is known."""
+        if key in below:
+            return below[key]
+        for known in (stored.calls, stored.steps, stored.flows):
+            if key in known:
+                return known[key]
         span = universe.get(key)
         if span is not None and span.opens_flow:
-            return span_uuid(*key), None
+            return _Anchor(
+                span_uuid(*key),
+                call_step_uuid(*key) if span.step else None,
+                span.kind == AGENT,
+                span.flow.get("agent"),
+            )
         return None
 
     for start, first in universe.items():
-        if first.opens_flow or start in steps or start in placed:
+        if first.opens_flow or start in stored or start in placed:
             continue
         chain = [start]
         seen = {start}
@@ -250,57 +302,99 @@ def _place(
         if found is None:
             continue
         for key in reversed(chain):
-            placed[key] = _Placed(universe[key], found[0], found[1])
-            found = (found[0], span_uuid(*key))
+            span = universe[key]
+            own_agent = span.step.get("agent") if span.agent_named else None
+            if span.kind == AGENT and found.in_agent and span.flow:
+                placed[key] = _Placed(span, span_uuid(*key), None, own_agent, as_flow=True)
+                found = _Anchor(span_uuid(*key), None, True, span.flow.get("agent") or own_agent)
+            else:
+                placed[key] = _Placed(span, found.flow_id, found.step_id, own_agent or found.agent)
+                is_agent = span.kind == AGENT
+                found = _Anchor(
+                    found.flow_id,
+                    span_uuid(*key),
+                    found.in_agent or is_agent,
+                    own_agent if is_agent and own_agent else found.agent,
+                )
+            below[key] = found
     return placed
 
 
-def _stored(
-    keys: Iterable[tuple[str, str]],
-) -> tuple[dict[tuple[str, str], uuid.UUID], dict[tuple[str, str], tuple[uuid.UUID, uuid.UUID]]]:
-    """The spans among ``keys`` already stored: as flows they opened (key → flow id) and as
-    steps (key → (flow id, step id)), found by their derived ids in one statement."""
-    ids = {span_uuid(*key): key for key in keys}
+def _stored(keys: Iterable[Key]) -> _Stored:
+    """The spans among ``keys`` already stored, found by their derived ids in one statement: as
+    flows they opened, as steps they became, and (root calls) as their flows' first steps."""
+    ids: dict[uuid.UUID, tuple[Key, bool]] = {}
+    for key in keys:
+        ids[span_uuid(*key)] = (key, False)
+        ids[call_step_uuid(*key)] = (key, True)
+    result = _Stored()
     if not ids:
-        return {}, {}
+        return result
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, NULL FROM reasoning_flow WHERE id = ANY(%s) "
-            "UNION ALL SELECT id, flow_id FROM reasoning_step WHERE id = ANY(%s)",
-            [list(ids), list(ids)],
+            "SELECT id, NULL::uuid, agent, trigger_type = %s OR parent_span_id <> '' "
+            "FROM reasoning_flow WHERE id = ANY(%s) "
+            "UNION ALL SELECT s.id, s.flow_id, s.agent, "
+            "s.kind = %s OR f.trigger_type = %s OR f.parent_span_id <> '' "
+            "FROM reasoning_step s JOIN reasoning_flow f ON f.id = s.flow_id WHERE s.id = ANY(%s)",
+            [AGENT_TRIGGER, list(ids), AGENT, AGENT_TRIGGER, list(ids)],
         )
         rows = cursor.fetchall()
-    openers = {ids[pk]: pk for pk, flow_id in rows if flow_id is None}
-    steps = {ids[pk]: (flow_id, pk) for pk, flow_id in rows if flow_id is not None}
-    return openers, steps
+    for pk, flow_id, agent, in_agent in rows:
+        key, is_call = ids[pk]
+        if flow_id is None:
+            result.flows[key] = _Anchor(pk, None, bool(in_agent), agent or None)
+        elif is_call:
+            result.calls[key] = _Anchor(flow_id, pk, False, agent or None)
+        else:
+            result.steps[key] = _Anchor(flow_id, pk, bool(in_agent), agent or None)
+    return result
 
 
 def _items(
-    placed: Mapping[tuple[str, str], _Placed],
-    openers: Mapping[tuple[str, str], uuid.UUID],
-    incoming: Mapping[tuple[str, str], MappedSpan],
-    validated: Mapping[tuple[str, str], dict[str, Any]],
-) -> tuple[list[ingest.Item], list[list[tuple[tuple[str, str], MappedSpan]]]]:
-    """One item per flow: the flow's opening span (when it is in the request) and its new steps,
-    parents before children, then by start time."""
-    by_flow: dict[uuid.UUID, list[tuple[tuple[str, str], _Placed]]] = defaultdict(list)
+    placed: Mapping[Key, _Placed],
+    stored: _Stored,
+    incoming: Mapping[Key, MappedSpan],
+    universe: Mapping[Key, MappedSpan],
+    checked: Mapping[Key, dict[str, Any]],
+) -> tuple[list[ingest.Item], list[list[tuple[Key, MappedSpan]]]]:
+    """One item per flow: the flow's opening span (a root in the request, or an agent span
+    nesting now) with its new steps, parents before children, then by start time."""
+    by_flow: dict[uuid.UUID, list[tuple[Key, _Placed]]] = defaultdict(list)
     for key, where in placed.items():
-        by_flow[where.flow_id].append((key, where))
-    opening = {span_uuid(*key): (key, span) for key, span in incoming.items() if span.opens_flow and key not in openers}
+        if not where.as_flow:
+            by_flow[where.flow_id].append((key, where))
+    opening: dict[uuid.UUID, tuple[Key, MappedSpan]] = {
+        span_uuid(*key): (key, span) for key, span in incoming.items() if span.opens_flow and key not in stored
+    }
+    opening.update(
+        {span_uuid(*key): (key, where.span) for key, where in placed.items() if where.as_flow and key not in stored}
+    )
+    stored_agents = {anchor.flow_id: anchor.agent for anchor in (*stored.flows.values(), *stored.steps.values())}
     items: list[ingest.Item] = []
-    spans_of_item: list[list[tuple[tuple[str, str], MappedSpan]]] = []
+    spans_of_item: list[list[tuple[Key, MappedSpan]]] = []
     for flow_id in sorted(set(by_flow) | set(opening), key=str):
         members = _ordered(by_flow.get(flow_id, []))
-        step_bodies = [_step_body(key, where, validated) for key, where in members]
-        item_spans = [(key, where.span) for key, where in members]
         if flow_id in opening:
             key, span = opening[flow_id]
+            parts = checked.get(key) or _revalidated(span)
+            create = dict(parts["flow"])
+            if not create.get("agent"):
+                named = next((where.agent for _, where in members if where.span.agent_named and where.agent), None)
+                create["agent"] = named or span.fallback_agent
+            flow_agent = create["agent"]
+            step_bodies = [_step_body(k, where, checked, flow_agent) for k, where in members]
+            item_spans = [(k, where.span) for k, where in members]
+            if span.opens_flow and span.step:
+                call = _call_body(key, span, parts)
+                step_bodies.insert(0, call)
             item = ingest.Item(
                 flow_id=flow_id,
-                create=validated[key]["flow"],
+                create=create,
                 steps=step_bodies,
-                close=validated[key]["close"],
+                close=parts["close"],
                 root_span_id=span.span_id,
+                parent_span_id=span.parent_span_id,
                 created_at=span.start,
                 closed_at=span.end,
                 fingerprint=ingest.request_fingerprint(
@@ -310,34 +404,54 @@ def _items(
             )
             item_spans.insert(0, (key, span))
         else:
+            flow_agent = stored_agents.get(flow_id)
+            step_bodies = [_step_body(k, where, checked, flow_agent) for k, where in members]
+            item_spans = [(k, where.span) for k, where in members]
             item = ingest.Item(flow_id=flow_id, steps=step_bodies, step_where="")
         items.append(item)
         spans_of_item.append(item_spans)
     return items, spans_of_item
 
 
+def _revalidated(span: MappedSpan) -> dict[str, Any]:
+    """A parked span's parts, validated again (they were validated on arrival: this passes)."""
+    parts: dict[str, Any] = {}
+    if span.flow:
+        parts["flow"] = validated(FlowCreateSerializer, span.flow)
+        parts["close"] = validated(FlowCloseSerializer, span.close)
+    if span.step:
+        parts["step"] = validated(StepCreateSerializer, span.step)
+    return parts
+
+
 def _step_body(
-    key: tuple[str, str], where: _Placed, validated: Mapping[tuple[str, str], dict[str, Any]]
+    key: Key, where: _Placed, checked: Mapping[Key, dict[str, Any]], flow_agent: str | None
 ) -> dict[str, Any]:
-    """The validated step fields of a placed span (a parked one is validated again here)."""
-    checked = validated.get(key)
-    body = dict(checked["step"]) if checked is not None else _validated(StepCreateSerializer, where.span.step)
+    """The validated step fields of a placed span, with its id, parent, start and agent."""
+    parts = checked.get(key) or _revalidated(where.span)
+    body = dict(parts["step"])
     body["id"] = span_uuid(*key)
     body["parent_step_id"] = where.parent_step_id
     body["started_at"] = where.span.start
+    body["agent"] = where.agent or flow_agent or where.span.fallback_agent
     return body
 
 
-def _validated(serializer_class: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
-    return validated(serializer_class, data)  # parked spans were validated on arrival: this passes
+def _call_body(key: Key, span: MappedSpan, parts: Mapping[str, Any]) -> dict[str, Any]:
+    """The step a root call span is in its own flow."""
+    body = dict(parts["step"])
+    body["id"] = call_step_uuid(*key)
+    body["parent_step_id"] = None
+    body["started_at"] = span.start
+    return body
 
 
-def _ordered(members: list[tuple[tuple[str, str], _Placed]]) -> list[tuple[tuple[str, str], _Placed]]:
+def _ordered(members: list[tuple[Key, _Placed]]) -> list[tuple[Key, _Placed]]:
     """Parents before children (the write path checks parents are earlier), else by start time."""
     members = sorted(members, key=lambda member: (member[1].span.start, member[0]))
     ids = {span_uuid(*key) for key, _ in members}
     done: set[uuid.UUID] = set()
-    ordered: list[tuple[tuple[str, str], _Placed]] = []
+    ordered: list[tuple[Key, _Placed]] = []
     waiting = members
     while waiting:
         progress = []
@@ -373,12 +487,16 @@ def _to_json(span: MappedSpan) -> str:
             "flow": span.flow,
             "close": span.close,
             "step": span.step,
+            "kind": span.kind,
+            "agent_named": span.agent_named,
+            "fallback_agent": span.fallback_agent,
         }
     )
 
 
 def _from_json(text: str) -> MappedSpan:
     data = json.loads(text)
+    step = data["step"]
     return MappedSpan(
         trace_id=data["trace_id"],
         span_id=data["span_id"],
@@ -389,7 +507,11 @@ def _from_json(text: str) -> MappedSpan:
         opens_flow=data["opens_flow"],
         flow=data["flow"],
         close=data["close"],
-        step=data["step"],
+        step=step,
+        # Spans parked before these fields existed: their step named its agent.
+        kind=data.get("kind", step.get("kind", DEFAULT_KIND)),
+        agent_named=data.get("agent_named", True),
+        fallback_agent=data.get("fallback_agent", step.get("agent", "otlp")),
     )
 
 
@@ -424,6 +546,7 @@ def adopt_orphans(*, received_before: datetime, actor: str, limit: int = 1000) -
                         span,
                         flow_id,
                         span_uuid(trace_id, span.parent_span_id) if span.parent_span_id in spans else None,
+                        span.step.get("agent"),
                     ),
                 )
                 for span_id, span in spans.items()
@@ -433,7 +556,7 @@ def adopt_orphans(*, received_before: datetime, actor: str, limit: int = 1000) -
                 ingest.Item(
                     flow_id=flow_id,
                     create={"trigger_type": ORPHAN_TRIGGER, "trigger_ref": f"trace/{trace_id}", "trace_id": trace_id},
-                    steps=[_step_body(key, where, {}) for key, where in _ordered(members)],
+                    steps=[_step_body(key, where, {}, None) for key, where in _ordered(members)],
                     close={"flow_state": ReasoningFlow.State.ABORTED, "abort_reason": ORPHAN_ABORT_REASON},
                     created_at=earliest,
                     step_where="",

@@ -15,6 +15,9 @@ One agent turn may run several agents, each recording its own flow under the tur
    - ``memory_claim_ref`` / ``decision_graph_node_ref``: steps of two or more flows carry the
      same value (one claim written by one agent and judged by another): the first step in
      time order that carries it -> the first step carrying it in each other flow.
+   - ``nested_agent``: flow B was opened by an agent span nested in the run of flow A (OTLP:
+     B's ``parent_span_id`` is the span of one of A's steps, or the span that opened A): that
+     step (else A's first step) -> B's first step.
    - ``backlog_dispatch``: flow B was dispatched from the research backlog for a request that
      flow A's weak result produced. Only the research backlog knows that (its request's
      ``source_flow`` and ``completed_flow``), so it registers a provider
@@ -191,6 +194,17 @@ def turn_edges(
     for flow in flows:
         if flow.trigger_ref:
             link(flow_named(flow.trigger_ref), first.get(flow.pk), "trigger_ref")
+    by_span = {step.span_id: step for step in steps if step.span_id}
+    openers = {flow.root_span_id: flow.pk for flow in flows if flow.root_span_id}
+    for flow in flows:
+        target = first.get(flow.pk)
+        if not flow.parent_span_id or target is None:
+            continue
+        caller = by_span.get(flow.parent_span_id)
+        if caller is None and (opener := openers.get(flow.parent_span_id)) is not None:
+            caller = first.get(opener)
+        if caller is not None and caller.flow_id != flow.pk:
+            cross.append(TurnEdge(caller.pk, target.pk, "cross_flow", "nested_agent"))
     for source, dispatched in backlog_links:
         link(source, first.get(dispatched), "backlog_dispatch")
 

@@ -85,6 +85,7 @@ class TurnEdgeSerializer(serializers.Serializer[Any]):
             "step_ref",
             "memory_claim_ref",
             "decision_graph_node_ref",
+            "nested_agent",
             "backlog_dispatch",
         ],
         help_text='Why the steps are linked (docs/outcomes-and-drift.md, "The turn view").',
@@ -127,8 +128,9 @@ class AdminTurnDetailView(ApiView):
         description="Needs `reasoning.admin`. Audits `admin.reasoning.turn.read`. Every flow sharing the "
         "correlation id, in `created_at` order, each as the flow route shows it, and one `graph`: a cluster "
         "per flow, a node per step, and edges `parent`, `merge` and `cross_flow` (a flow triggered by "
-        "another, a step naming another flow, a claim or decision-graph ref shared across flows, a backlog "
-        f"dispatch; see docs/outcomes-and-drift.md). At most {MAX_TURN_FLOWS} flows and {MAX_TURN_STEPS} "
+        "another, a step naming another flow, a claim or decision-graph ref shared across flows, a nested "
+        "agent's flow and its caller, a backlog dispatch; see docs/outcomes-and-drift.md). "
+        f"At most {MAX_TURN_FLOWS} flows and {MAX_TURN_STEPS} "
         "steps (`truncated` says when there were more). Raw chain-of-thought only with "
         "`include_reasoning=true` and the `reasoning.cot.read` scope (403 otherwise); that read also audits "
         "`admin.reasoning.flow.reasoning_content_read` for each flow. 400 for a trace id longer than "

@@ -168,6 +168,7 @@ SORT_CHOICES = [
     ("confidence", "lowest confidence"),
 ]
 PATIENT_CHOICES = [("", "any"), ("true", "with a patient"), ("false", "without")]
+FAILED_CHOICES = [("", "any"), ("true", "with a failed step"), ("false", "without")]
 
 
 @operator_required
@@ -200,6 +201,7 @@ def admin_flow_list_page(request: HttpRequest) -> HttpResponse:
             "period": PERIOD_CHOICES,
             "sort": SORT_CHOICES,
             "has_patient": PATIENT_CHOICES,
+            "failed": FAILED_CHOICES,
         },
     }
     template = "reasoning/_flow_list_results.html" if request.headers.get("HX-Request") else "reasoning/flow_list.html"

@@ -99,7 +99,14 @@ def test_read_totals_the_model_usage_its_steps_reported(
     add_step(agent, flow["id"], kind="retrieval")  # no model call: counts nothing
     add_step(agent, flow["id"], kind="llm_prompt", model="gpt-4o", input_tokens=1200, output_tokens=300)
     add_step(
-        agent, flow["id"], kind="llm_prompt", model="o3-mini", input_tokens=800, output_tokens=50, reasoning_tokens=900
+        agent,
+        flow["id"],
+        kind="llm_prompt",
+        model="o3-mini",
+        input_tokens=800,
+        output_tokens=50,
+        reasoning_tokens=900,
+        cached_tokens=600,
     )
 
     tokens = operator.get(detail_url(flow["id"])).json()["tokens"]
@@ -109,6 +116,7 @@ def test_read_totals_the_model_usage_its_steps_reported(
         "input_tokens": 2000,
         "output_tokens": 350,
         "reasoning_tokens": 900,
+        "cached_tokens": 600,
         "models": ["gpt-4o", "o3-mini"],
     }
 
@@ -120,7 +128,14 @@ def test_read_of_a_flow_whose_steps_reported_no_usage_says_unknown_not_zero(
 
     tokens = operator.get(detail_url(flow["id"])).json()["tokens"]
 
-    assert tokens == {"steps": 0, "input_tokens": None, "output_tokens": None, "reasoning_tokens": None, "models": []}
+    assert tokens == {
+        "steps": 0,
+        "input_tokens": None,
+        "output_tokens": None,
+        "reasoning_tokens": None,
+        "cached_tokens": None,
+        "models": [],
+    }
 
 
 def test_read_audits_admin_flow_read(operator: APIClient, flow: dict[str, Any]) -> None:

@@ -52,8 +52,6 @@ from tests.otlp import (
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-# Fields the step serializer gains with the /v1/traces route; not in StepCreateSerializer yet.
-NEW_STEP_FIELDS = ("model", "input_tokens", "output_tokens", "reasoning_tokens", "started_at")
 # Planted in every message-content attribute: it must never leave the pii-listed keys.
 MARKER = "Jane-Doe-MRN-4417"
 OTHER_TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -140,8 +138,11 @@ def test_protobuf_and_json_bodies_map_to_the_same_spans() -> None:
         (ROOT_SPAN_ID, True),
         (CHILD_SPAN_ID, False),
         ("eee19b7ec3c1b176", False),
-        ("eee19b7ec3c1b177", True),
+        # A nested agent: whether it opens a flow of its own is decided when it is placed.
+        ("eee19b7ec3c1b177", False),
     ]
+    nested = spans[3]
+    assert (nested.kind, nested.flow["agent"], nested.step["kind"]) == ("agent", "researcher", "agent")
 
 
 def test_json_link_ids_are_read_as_hex() -> None:
@@ -195,7 +196,9 @@ def test_the_spec_json_example_maps_like_its_protobuf_twin() -> None:
     )
     assert result.start == datetime(2018, 12, 13, 14, 51, tzinfo=UTC)
     assert result.step["agent"] == "my.service"
-    assert result.step["inputs"] == {"my.span.attr": "some value"}
+    # An attribute no convention knows is kept only encrypted, its name included.
+    assert result.step["inputs"] == {"otlp.attributes": {"my.span.attr": "some value"}}
+    assert result.step["pii_fields"] == ["otlp.attributes"]
 
 
 @pytest.mark.parametrize(
@@ -400,6 +403,9 @@ def test_a_root_span_opens_a_flow_and_completes_it() -> None:
         flow={"trigger_type": "otlp_trace", "trigger_ref": "handle question", "trace_id": TRACE_ID},
         close={"flow_state": "completed", "outcome_type": "span_completed"},
         step={},
+        kind="span",
+        agent_named=False,
+        fallback_agent="test-agent",
     )
 
 
@@ -470,28 +476,62 @@ def test_a_long_span_name_is_cut_for_trigger_ref() -> None:
 
 
 @pytest.mark.parametrize(
-    ("message", "reason"),
+    ("attributes", "events", "reason"),
     [
-        ("Timeout", "timeout"),
-        ("Connection refused: upstream 503!", "connection_refused:_upstream_503"),
-        ("  --Rate limited (429)  ", "rate_limited_429"),
-        ("Ünïcode ☃ failure", "n_code_failure"),
-        ("x" * 300, "x" * 200),
-        ("", "span_error"),
-        ("!!!", "span_error"),
+        ({}, [], "span_error"),
+        ({"error.type": "Timeout"}, [], "timeout"),
+        ({"error.type": "<class 'openai.InternalServerError'>"}, [], "openai.internalservererror"),
+        ({"error.type": 503}, [], "503"),
+        ({}, [("exception", {"exception.type": "ToolError", "exception.message": MARKER})], "toolerror"),
+        ({}, [("exception", {"exception.message": MARKER})], "exception"),
+        ({"error.type": "Ünïcode ☃ failure"}, [], "n_code_failure"),
+        ({"error.type": "x" * 150}, [], "x" * 100),
+        ({"error.type": "x" * 300}, [], "span_error"),  # longer than a name: content, not a label
+        ({"error.type": "!!!"}, [], "span_error"),
     ],
 )
-def test_an_error_status_aborts_with_a_label_safe_reason(message: str, reason: str) -> None:
-    result = only(span(status="error", status_message=message, attributes={"reasoning.outcome_type": "ignored"}))
+def test_an_error_status_aborts_with_a_label_safe_reason(
+    attributes: dict[str, Any], events: list[tuple[str, dict[str, Any]]], reason: str
+) -> None:
+    # The status message is content (it often quotes the input that failed): never the reason.
+    result = only(
+        span(
+            status="error",
+            status_message=f"Tool failed for {MARKER}",
+            attributes={"reasoning.outcome_type": "ignored", **attributes},
+            events=events,
+        )
+    )
     assert result.close == {"flow_state": "aborted", "abort_reason": reason}
+    assert MARKER not in json.dumps([result.flow, result.close])
 
 
-def test_a_nested_invoke_agent_span_opens_its_own_flow() -> None:
+def test_an_exception_event_aborts_even_without_an_error_status() -> None:
+    result = only(span(events=[("exception", {"exception.type": "ValueError"})]))
+    assert result.close == {"flow_state": "aborted", "abort_reason": "valueerror"}
+
+
+def test_a_failed_step_says_so_with_a_label() -> None:
+    step = step_of(
+        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"},
+        status="error",
+        status_message=f"lookup failed for {MARKER}",
+        events=[("exception", {"exception.type": "tools.LookupError", "exception.message": MARKER})],
+    )
+    assert (step["outcome"], step["error_type"], step["tool"]) == ("error", "tools.LookupError", "lookup")
+    assert MARKER not in json.dumps({k: v for k, v in step.items() if k not in ("inputs", "outputs")})
+    assert MARKER in json.dumps(step["inputs"]["otlp.events"]) and "otlp.events" in step["pii_fields"]
+    assert "outcome" not in step_of()
+
+
+def test_a_nested_agent_span_may_open_a_flow_or_be_an_agent_step() -> None:
     nested = child("invoke_agent researcher", attributes={"gen_ai.operation.name": "invoke_agent"})
     root, agent = mapped(span(), nested)
     assert root.opens_flow
-    assert (agent.opens_flow, agent.parent_span_id, agent.step) == (True, ROOT_SPAN_ID, {})
+    # Placing decides (reasoning.traces): both parts are ready.
+    assert (agent.opens_flow, agent.parent_span_id, agent.kind) == (False, ROOT_SPAN_ID, "agent")
     assert agent.flow["trigger_type"] == "invoke_agent"
+    assert (agent.step["kind"], agent.step["summary_text"]) == ("agent", "Agent researcher ran")
 
 
 # --- Steps ------------------------------------------------------------------------------
@@ -507,7 +547,8 @@ def test_a_child_span_is_a_step() -> None:
         "span_id": CHILD_SPAN_ID,
         "started_at": "2023-11-14T22:13:20+00:00",
         "latency_ms": 250,
-        "inputs": {"candidates": 12},
+        "inputs": {"otlp.attributes": {"candidates": 12}},
+        "pii_fields": ["otlp.attributes"],
     }
 
 
@@ -525,7 +566,7 @@ def test_a_child_span_is_a_step() -> None:
         (None, {"db.system.name": "postgresql"}, "retrieval"),
         (None, {"gen_ai.data_source.id": "guidelines"}, "retrieval"),
         ("chat", {"gen_ai.data_source.id": "guidelines"}, "llm_prompt"),
-        ("invoke_workflow", {}, "span"),
+        ("invoke_workflow", {}, "workflow"),
         (None, {}, "span"),
     ],
 )
@@ -567,7 +608,8 @@ def test_the_step_agent(attributes: dict[str, Any], service_name: str | None, ag
         ),
         ("chat", {"gen_ai.operation.name": "chat"}, "Model call"),
         ("x", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}, "Called tool lookup"),
-        ("x", {"gen_ai.operation.name": "execute_tool"}, "Called a tool"),
+        ("x", {"gen_ai.operation.name": "execute_tool"}, "Called tool x"),  # the span names it
+        ("", {"gen_ai.operation.name": "execute_tool"}, "Called a tool"),
         ("x", {"gen_ai.operation.name": "embeddings", "gen_ai.request.model": "e5"}, "Embeddings from e5"),
         ("x", {"gen_ai.operation.name": "embeddings"}, "Computed embeddings"),
         ("search kb", {"db.system": "postgresql"}, "Retrieved context"),
@@ -628,9 +670,10 @@ def test_reasoning_step_fields_are_taken_verbatim() -> None:
     assert "inputs" not in step  # consumed, not copied
 
 
-def test_reasoning_attributes_the_step_does_not_use_stay_inputs() -> None:
+def test_reasoning_attributes_the_step_does_not_use_are_kept_encrypted() -> None:
     step = step_of(attributes={"reasoning.outcome_type": "answered", "reasoning.custom": 1})
-    assert step["inputs"] == {"reasoning.outcome_type": "answered", "reasoning.custom": 1}
+    assert step["inputs"] == {"otlp.attributes": {"reasoning.outcome_type": "answered", "reasoning.custom": 1}}
+    assert step["pii_fields"] == ["otlp.attributes"]
 
 
 def test_model_and_usage_tokens() -> None:
@@ -682,9 +725,22 @@ def test_unusable_token_counts_and_models_are_not_taken() -> None:
         "gen_ai.usage.reasoning_tokens": 2**40,
         "gen_ai.request.model": "  ",
     }
-    step = step_of(attributes=attributes)
+    (result,), warnings = map_request(request(child(attributes=attributes)))
+    step = result.step
     assert not set(step) & {"model", "input_tokens", "output_tokens", "reasoning_tokens"}
-    assert step["inputs"] == attributes
+    # Each refused count is named in a warning; the span is stored all the same.
+    assert [(w.span_id, w.stored) for w in warnings] == [(CHILD_SPAN_ID, True)] * 3
+    assert [w.message.split(": ", 1)[1] for w in warnings] == [
+        f"gen_ai.usage.{name} is not a token count (an integer from 0 to 2147483647); {field} not recorded"
+        for name, field in (
+            ("input_tokens", "input_tokens"),
+            ("output_tokens", "output_tokens"),
+            ("reasoning_tokens", "reasoning_tokens"),
+        )
+    ]
+    # Counts are kept in clear only as numbers; a string under gen_ai.usage.* is encrypted.
+    assert step["inputs"]["gen_ai.usage.input_tokens"] == -1
+    assert step["inputs"]["otlp.attributes"] == {"gen_ai.usage.output_tokens": "45"}
 
 
 # --- Message content --------------------------------------------------------------------
@@ -704,12 +760,13 @@ def content_attributes() -> dict[str, Any]:
     }
 
 
-def content_span(**kwargs: Any) -> Span:
+def content_span(attributes: dict[str, Any] | None = None, **kwargs: Any) -> Span:
     attributes = {
         "gen_ai.operation.name": "chat",
         "gen_ai.request.model": "gpt-4o",
         "gen_ai.tool.name": "lookup",
         **content_attributes(),
+        **(attributes or {}),
     }
     events = [
         ("gen_ai.content.prompt", {"gen_ai.prompt": MARKER}),
@@ -765,11 +822,18 @@ def test_message_content_is_dropped_when_asked() -> None:
     }
 
 
-def test_message_content_of_a_flow_span_goes_nowhere() -> None:
-    root = content_span(parent_span_id="")
+def test_message_content_of_a_root_span_that_is_no_call_goes_nowhere() -> None:
+    root = content_span(parent_span_id="", attributes={"gen_ai.operation.name": "invoke_agent"})
     result = only(root)
-    assert result.opens_flow
+    assert (result.opens_flow, result.step) == (True, {})
     assert MARKER not in repr(result)
+
+
+def test_a_root_call_span_is_also_its_flows_step_with_its_content_encrypted() -> None:
+    result = only(content_span(parent_span_id=""))
+    assert result.opens_flow and result.flow["trigger_type"] == "chat"
+    assert (result.step["kind"], result.step["model"]) == ("llm_prompt", "gpt-4o")
+    assert "gen_ai.input.messages" in result.step["pii_fields"]
 
 
 def test_an_unknown_message_content_mode_is_refused() -> None:
@@ -777,26 +841,30 @@ def test_an_unknown_message_content_mode_is_refused() -> None:
         map_request(request(span()), message_content="plaintext")
 
 
-def test_content_events() -> None:
+def test_every_event_is_kept_whole_and_only_encrypted() -> None:
     events = [
         ("gen_ai.user.message", {"content": MARKER}),
         ("gen_ai.choice", {"index": 0, "message": MARKER}),
-        ("exception", {"exception.message": "boom"}),  # not content: not mapped
-        ("custom", {"gen_ai.prompt": MARKER, "count": 1}),  # only the content attribute
+        ("exception", {"exception.type": "ValueError", "exception.message": MARKER}),
+        ("custom", {"gen_ai.prompt": MARKER, "count": 1}),
     ]
     step = step_of(events=events)
     assert step["inputs"][EVENTS_KEY] == [
         {"name": "gen_ai.user.message", "attributes": {"content": MARKER}},
-        {"name": "custom", "attributes": {"gen_ai.prompt": MARKER}},
+        {"name": "exception", "attributes": {"exception.type": "ValueError", "exception.message": MARKER}},
+        {"name": "custom", "attributes": {"gen_ai.prompt": MARKER, "count": 1}},
     ]
     assert step["outputs"][EVENTS_KEY] == [{"name": "gen_ai.choice", "attributes": {"index": 0, "message": MARKER}}]
     assert step["pii_fields"] == [EVENTS_KEY]
-    assert "boom" not in repr(step)
+    assert (step["outcome"], step["error_type"]) == ("error", "ValueError")
 
 
-def test_an_attribute_named_like_the_events_key_is_dropped() -> None:
+def test_an_attribute_named_like_the_events_key_stays_apart_from_the_events() -> None:
     step = step_of(attributes={EVENTS_KEY: "mine", "kept": 1}, events=[("gen_ai.user.message", {"content": "hi"})])
-    assert step["inputs"] == {"kept": 1, EVENTS_KEY: [{"name": "gen_ai.user.message", "attributes": {"content": "hi"}}]}
+    assert step["inputs"] == {
+        "otlp.attributes": {EVENTS_KEY: "mine", "kept": 1},
+        EVENTS_KEY: [{"name": "gen_ai.user.message", "attributes": {"content": "hi"}}],
+    }
 
 
 def test_reasoning_parts_become_reasoning_content() -> None:
@@ -858,7 +926,7 @@ def test_remaining_attributes_of_every_value_type() -> None:
         "with_nul": "a\x00b",
         "key\x00with_nul": "v",
     }
-    assert step_of(attributes=attributes)["inputs"] == {
+    assert step_of(attributes=attributes)["inputs"]["otlp.attributes"] == {
         "text": "words",
         "flag": True,
         "count": -7,
@@ -882,23 +950,26 @@ def test_values_nested_deeper_than_five_levels_are_kept_as_json_text() -> None:
         "deep_object": {"a": {"b": {"c": {"d": {"e": {"f": 1}}}}}},
         "five_levels": [[[[[1]]]]],
     }
-    assert step_of(attributes=attributes)["inputs"] == {
+    assert step_of(attributes=attributes)["inputs"]["otlp.attributes"] == {
         "deep_list": [[[[["[1, 2]"]]]]],
         "deep_object": {"a": {"b": {"c": {"d": {"e": '{"f": 1}'}}}}},
         "five_levels": [[[[[1]]]]],
     }
 
 
-def test_at_most_128_remaining_attributes_are_kept() -> None:
-    attributes: dict[str, Any] = {f"attr.{index:03d}": index for index in range(200)}
+def test_at_most_128_attributes_are_kept_in_clear_and_the_rest_encrypted() -> None:
+    attributes: dict[str, Any] = {f"gen_ai.usage.n{index:03d}": index for index in range(200)}
     attributes["gen_ai.input.messages"] = "[]"
     step = step_of(attributes=attributes)
-    assert list(step["inputs"]) == [f"attr.{index:03d}" for index in range(128)] + ["gen_ai.input.messages"]
+    clear = [key for key in step["inputs"] if key not in step["pii_fields"]]
+    assert clear == [f"gen_ai.usage.n{index:03d}" for index in range(128)]
+    assert list(step["inputs"]["otlp.attributes"]) == [f"gen_ai.usage.n{index:03d}" for index in range(128, 200)]
+    assert step["pii_fields"] == ["otlp.attributes", "gen_ai.input.messages"]
 
 
 def test_1000_attributes_are_allowed() -> None:
     step = step_of(attributes={f"attr.{index}": index for index in range(1000)})
-    assert len(step["inputs"]) == 128
+    assert len(step["inputs"]["otlp.attributes"]) == 1000
 
 
 @pytest.mark.parametrize("count", [1001, 10_000])
@@ -1060,14 +1131,15 @@ def awkward_spans() -> list[Span]:
 def test_every_derived_value_passes_the_serializers() -> None:
     spans, problems = map_request(request(*awkward_spans(), service_name="my service/1"))
     assert problems == []
-    assert [s.opens_flow for s in spans] == [True, False, False, False, False, True]
+    assert [s.opens_flow for s in spans] == [True, False, False, False, False, False]
     for result in spans:
-        if result.opens_flow:
+        if result.flow:
             flow, close = FlowCreateSerializer(data=result.flow), FlowCloseSerializer(data=result.close)
             assert flow.is_valid(), flow.errors
             assert close.is_valid(), close.errors
+        if not result.step:
             continue
-        step = StepCreateSerializer(data={k: v for k, v in result.step.items() if k not in NEW_STEP_FIELDS})
+        step = StepCreateSerializer(data=result.step)
         assert step.is_valid(), step.errors
         assert datetime.fromisoformat(result.step["started_at"]) == result.start
         if "model" in result.step:
@@ -1126,7 +1198,8 @@ def test_a_trace_from_the_opentelemetry_sdk() -> None:
         "trace_id": flow.trace_id,
         "agent": "triage",
     }
-    assert flow.close == {"flow_state": "aborted", "abort_reason": "tool_failed"}
+    # The status message ("Tool failed") is content: the abort names no more than that it failed.
+    assert flow.close == {"flow_state": "aborted", "abort_reason": "span_error"}
     assert (llm.parent_span_id, tool_call.parent_span_id) == (flow.span_id, flow.span_id)
     sdk_chat = next(s for s in finished if s.name == "chat gpt-4o")
     assert sdk_chat.start_time is not None
@@ -1141,8 +1214,13 @@ def test_a_trace_from_the_opentelemetry_sdk() -> None:
         "input_tokens": 120,
     }
     assert llm.step["reasoning_content"] == "Check the dose."
-    assert llm.step["inputs"]["gen_ai.request.stop_sequences"] == ["\n\n"]
+    assert llm.step["inputs"]["gen_ai.request.stop_sequences"] == ["\n\n"]  # free text: encrypted
     assert llm.step["inputs"]["gen_ai.request.temperature"] == 0.2
-    assert llm.step["pii_fields"] == ["gen_ai.input.messages", "gen_ai.output.messages"]
+    assert llm.step["pii_fields"] == [
+        "gen_ai.input.messages",
+        "gen_ai.request.stop_sequences",
+        "gen_ai.output.messages",
+    ]
+    assert (tool_call.step["outcome"], tool_call.step["error_type"]) == ("error", "span_error")
     assert (tool_call.step["kind"], tool_call.step["summary_text"]) == ("tool_call", "Called tool lookup")
     assert MARKER not in repr([flow, tool_call])

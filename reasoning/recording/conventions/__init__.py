@@ -1,0 +1,298 @@
+"""What each telemetry convention says about a span, and which of its attributes may be kept in clear.
+
+Every common LLM instrumentation describes the same things with its own attribute names: what
+kind of work a span did, the model, the tokens, the tool, the agent, the session and user, and
+whether it failed. One module per convention declares its names (:class:`Convention`);
+:func:`read` asks them in order, most specific first (:data:`CONVENTIONS`: Langfuse, MLflow,
+OpenInference, OpenLLMetry/Traceloop, Vercel AI SDK, Pydantic Logfire, then the OpenTelemetry
+GenAI names every one of them may also send), and the first convention that has a usable value
+for a field gives it.
+
+Clear or content. An attribute is kept in clear (the step's ``inputs``) only when a convention
+lists its name in ``clear`` and its value is a number, a boolean, a string of at most
+:data:`MAX_CLEAR_TEXT` characters on one line, or an array of those; or when its name is under
+a prefix of ``clear_prefixes`` (token counts, costs) and its value is a number. Everything
+else -- message content, tool arguments and results, JSON payloads, unknown attributes of any
+type -- is content: stored only encrypted, or dropped. ``inputs`` and ``outputs`` name the
+content a convention knows, and in which direction it flows; any other attribute goes into
+the step's encrypted ``otlp.attributes`` whole.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+MAX_CLEAR_TEXT = 200
+MAX_INT = 2_147_483_647
+
+# Step kinds the conventions map to. A span of kind AGENT opens a flow of its own (when it is
+# not the root already); CALL_KINDS are the units of work a root span may be by itself.
+AGENT = "agent"
+LLM = "llm_prompt"
+TOOL = "tool_call"
+EMBEDDING = "embedding"
+RETRIEVAL = "retrieval"
+RERANK = "rerank"
+CALL_KINDS = frozenset({LLM, TOOL, EMBEDDING, RETRIEVAL, RERANK})
+
+# A token count read from inside a JSON object attribute: (attribute, key in its object).
+JsonKey = tuple[str, str]
+TokenSource = str | JsonKey
+
+
+@dataclass(frozen=True)
+class Convention:
+    """The attribute names of one convention. Every name list is in order of preference."""
+
+    name: str
+    # attribute -> {value (case-insensitive) -> kind}: the first attribute present whose value is known.
+    kinds: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    model: Sequence[str] = ()
+    input_tokens: Sequence[TokenSource] = ()
+    output_tokens: Sequence[TokenSource] = ()
+    reasoning_tokens: Sequence[TokenSource] = ()
+    cached_tokens: Sequence[TokenSource] = ()
+    tool: Sequence[str] = ()
+    agent: Sequence[str] = ()
+    session: Sequence[str] = ()
+    user: Sequence[str] = ()
+    # A label-safe error type (a class name, an HTTP status), when the span failed.
+    error_type: Sequence[str] = ()
+    # attribute -> values (case-insensitive) that mean the span failed (Langfuse's level ERROR).
+    error_when: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Kept in clear (with a value of the allowed shape): exact names, then prefixes.
+    clear: frozenset[str] = frozenset()
+    clear_prefixes: tuple[str, ...] = ()
+    # Content this convention knows: exact names, or prefixes ending in "." (a family).
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+
+    def direction(self, name: str) -> bool | None:
+        """True for output content, False for input content, None when this convention does not know it."""
+        for is_output, names in ((False, self.inputs), (True, self.outputs)):
+            for known in names:
+                if name == known or (known.endswith(".") and name.startswith(known)):
+                    return is_output
+        return None
+
+    def family(self, name: str) -> str | None:
+        """The family (prefix without its dot) that ``name`` belongs to, or None."""
+        for known in (*self.inputs, *self.outputs):
+            if known.endswith(".") and name.startswith(known):
+                return known[:-1]
+        return None
+
+    def is_clear(self, name: str, value: AnyValue) -> bool:
+        """Whether ``name`` may be kept in clear with this ``value``: a listed name with a value of
+        the allowed shape, or a name under a listed prefix with a number (counts and costs)."""
+        if name in self.clear:
+            return clear_value(value)
+        return name.startswith(self.clear_prefixes) and value.WhichOneof("value") in ("int_value", "double_value")
+
+
+@dataclass
+class Facts:
+    """What the conventions say about one span (None: nobody said)."""
+
+    kind: str | None = None
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+    tool: str | None = None
+    agent: str | None = None
+    session: str | None = None
+    user: str | None = None
+    failed: bool = False
+    error_type: str | None = None
+    # Token attributes present with a value that is not a count in 0..MAX_INT: (field, attribute).
+    bad_counts: list[tuple[str, str]] = field(default_factory=list)
+
+
+def text(value: AnyValue | None) -> str | None:
+    """A string attribute's value, stripped; a JSON string literal (MLflow encodes every value
+    as JSON) is decoded. Another type, or an empty string, is None."""
+    if value is None or value.WhichOneof("value") != "string_value":
+        return None
+    result = value.string_value.strip()
+    if len(result) >= 2 and result[0] == result[-1] == '"':
+        try:
+            decoded = json.loads(result)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, str):
+            result = decoded.strip()
+    return result or None
+
+
+def _json_object(value: AnyValue | None) -> Mapping[str, object] | None:
+    if value is None:
+        return None
+    which = value.WhichOneof("value")
+    if which == "kvlist_value":
+        return {pair.key: _scalar(pair.value) for pair in value.kvlist_value.values}
+    if which != "string_value" or len(value.string_value) > 100_000:
+        return None
+    try:
+        parsed = json.loads(value.string_value)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(parsed, str):  # JSON inside a JSON string (MLflow)
+        try:
+            parsed = json.loads(parsed)
+        except (ValueError, RecursionError):
+            return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _scalar(value: AnyValue) -> object:
+    which = value.WhichOneof("value")
+    return getattr(value, which) if which in ("int_value", "double_value", "string_value", "bool_value") else None
+
+
+def _dotted(document: Mapping[str, object], key: str) -> object:
+    """``document[key]``, else the value at the dotted path ``key`` (``completion_tokens_details.reasoning_tokens``)."""
+    if key in document:
+        return document[key]
+    value: object = document
+    for part in key.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+_NOT_COUNT = object()
+
+
+def _count(raw: object) -> int | object | None:
+    """A token count: an integer (or an integral double) in 0..MAX_INT; _NOT_COUNT for anything else."""
+    if isinstance(raw, bool):
+        return _NOT_COUNT
+    if isinstance(raw, float) and math.isfinite(raw) and raw.is_integer():
+        raw = int(raw)
+    if isinstance(raw, int) and 0 <= raw <= MAX_INT:
+        return raw
+    return _NOT_COUNT
+
+
+def _token(attributes: Mapping[str, AnyValue], source: TokenSource) -> tuple[bool, int | None]:
+    """(present, count): a present source whose value is no count gives (True, None)."""
+    if isinstance(source, tuple):
+        name, key = source
+        document = _json_object(attributes.get(name))
+        found = _dotted(document, key) if document is not None else None
+        if found is None:
+            return False, None
+        counted = _count(found)
+    else:
+        value = attributes.get(source)
+        if value is None or value.WhichOneof("value") is None:
+            return False, None
+        counted = _count(_scalar(value))
+    return True, None if counted is _NOT_COUNT else counted  # type: ignore[return-value]
+
+
+_TOKEN_FIELDS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens")
+_LABEL_FIELDS = ("model", "tool", "agent", "session", "user")
+
+
+def read(
+    conventions: Sequence[Convention],
+    attributes: Mapping[str, AnyValue],
+    *,
+    status_error: bool,
+    exception_type: str | None,
+) -> Facts:
+    """The facts of one span: for each field, the first convention (in order) that has a usable value."""
+    facts = Facts(failed=status_error or exception_type is not None)
+    for convention in conventions:
+        if facts.kind is None:
+            for name, values in convention.kinds.items():
+                value = text(attributes.get(name))
+                if value is not None and (kind := values.get(value.lower())) is not None:
+                    facts.kind = kind
+                    break
+        for field_name in _LABEL_FIELDS:
+            if getattr(facts, field_name) is None:
+                for name in getattr(convention, field_name):
+                    # A name, a model, an id: one short line, as in clear (anything else is content).
+                    raw = attributes.get(name)
+                    value = text(raw) if raw is not None and clear_value(raw) else None
+                    if value is not None:
+                        setattr(facts, field_name, value)
+                        break
+        for field_name in _TOKEN_FIELDS:
+            if getattr(facts, field_name) is None:
+                for source in getattr(convention, field_name):
+                    present, count = _token(attributes, source)
+                    if not present:
+                        continue
+                    if count is None:
+                        facts.bad_counts.append((field_name, source if isinstance(source, str) else source[0]))
+                        continue
+                    setattr(facts, field_name, count)
+                    break
+        for name, failing in convention.error_when.items():
+            value = text(attributes.get(name))
+            if value is not None and value.lower() in failing:
+                facts.failed = True
+        if facts.error_type is None:
+            for name in convention.error_type:
+                value = attributes.get(name)
+                shown = text(value) if value is not None and value.WhichOneof("value") == "string_value" else None
+                if shown is None and value is not None and value.WhichOneof("value") == "int_value":
+                    shown = str(value.int_value)  # an HTTP status
+                if shown is not None and len(shown) <= MAX_CLEAR_TEXT:
+                    facts.error_type = shown
+                    break
+    if facts.error_type is None and exception_type is not None:
+        facts.error_type = exception_type
+    if facts.error_type is not None:
+        facts.failed = True
+    return facts
+
+
+_ONE_LINE = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+
+
+def clear_value(value: AnyValue) -> bool:
+    """Whether a value has a shape that may be kept in clear (see the module docstring)."""
+    which = value.WhichOneof("value")
+    if which in ("bool_value", "int_value", "double_value"):
+        return True
+    if which == "string_value":
+        return len(value.string_value) <= MAX_CLEAR_TEXT and not _ONE_LINE.search(value.string_value)
+    if which == "array_value":
+        return len(value.array_value.values) <= 32 and all(
+            item.WhichOneof("value") != "array_value"
+            and item.WhichOneof("value") != "kvlist_value"
+            and clear_value(item)
+            for item in value.array_value.values
+        )
+    return False
+
+
+def _registry() -> tuple[Convention, ...]:
+    # Imported here: the convention modules import this one's names.
+    from reasoning.recording.conventions import genai, langfuse, logfire, mlflow, openinference, traceloop, vercel
+
+    return (
+        langfuse.CONVENTION,
+        mlflow.CONVENTION,
+        openinference.CONVENTION,
+        traceloop.CONVENTION,
+        vercel.CONVENTION,
+        logfire.CONVENTION,
+        genai.CONVENTION,
+    )
+
+
+CONVENTIONS: tuple[Convention, ...] = _registry()
