@@ -2,13 +2,13 @@
 
 Pure: no database, no request object. The view un-gzips the body, calls :func:`decode_request`
 (a body it cannot use at all is an :class:`OtlpBodyError`, answered 400), then
-:func:`map_request`; the service writes what comes back. The mapped dicts carry the field
-names of the JSON routes and are validated by their serializers (``FlowCreateSerializer``,
-``FlowCloseSerializer``, ``StepCreateSerializer``) before anything is written. A value copied
-verbatim from a ``reasoning.*`` attribute reaches those serializers unchanged, so a client's
-mistake is reported to it (an empty ``reasoning.*`` string counts as absent: SDKs send "" for
-unset values); every value this module derives (labels, summaries, ids, counts) is made valid
-here, so a mapping never fails validation by its own doing.
+:func:`map_request`; ``reasoning.traces`` places and writes what comes back. The mapped dicts
+carry the field names of the JSON routes and are validated by their serializers
+(``FlowCreateSerializer``, ``FlowCloseSerializer``, ``StepCreateSerializer``) before anything
+is written. A value copied verbatim from a ``reasoning.*`` attribute reaches those serializers
+unchanged, so a client's mistake is reported to it (an empty ``reasoning.*`` string counts as
+absent: SDKs send "" for unset values); every value this module derives (labels, summaries,
+ids, counts) is made valid here, so a mapping never fails validation by its own doing.
 
 Decoding
   * ``application/x-protobuf``: ``ParseFromString``. A body that is not a traces request but
@@ -23,99 +23,85 @@ Decoding
   * A ``Content-Type`` parameter such as ``; charset=utf-8`` is ignored; another media type
     is an :class:`UnsupportedContentType` (an ``OtlpBodyError``; the view may answer 415).
 
-Which spans open flows
-  A span opens a flow when it has no parent (an empty or all-zero ``parent_span_id``) or
-  when ``gen_ai.operation.name`` is ``invoke_agent``: a nested agent opens its own flow.
-  Every other span is a step. ``flow`` and ``close`` are filled only for an opening span,
-  ``step`` only for the others (the unused dicts are empty).
+What a span says (``reasoning.recording.conventions``)
+  Each telemetry convention (OpenTelemetry GenAI, OpenInference, OpenLLMetry/Traceloop,
+  Langfuse, MLflow, Vercel AI SDK, Pydantic Logfire) names the span's kind, model, tokens
+  (input, output, reasoning, cached), tool, agent, session, user and error its own way; the
+  conventions are asked most specific first and the first usable value wins. A name, model
+  or id is usable only as one line of at most 200 characters; a token count only as an
+  integer in 0..2,147,483,647 (another value is refused for that field and named in a
+  warning: :class:`SpanProblem` with ``stored`` set). ``reasoning.*`` attributes override
+  every convention. Without a kind from any convention: a span with ``db.system``,
+  ``db.system.name`` or ``gen_ai.data_source.id`` is a retrieval, a span with a model and a
+  token count a model call (``llm_prompt``), anything else a ``span``.
 
-Flow (``flow``), for an opening span
-  trigger_type     reasoning.trigger_type, else gen_ai.operation.name (as a label), else ``otlp_trace``
+Which spans open flows
+  A root span (an empty or all-zero ``parent_span_id``) opens a flow (``opens_flow``). A
+  root that is itself a call (``llm_prompt``, ``tool_call``, ``embedding``, ``retrieval``,
+  ``rerank``) also has a ``step``: the flow's one call. An agent span (kind ``agent``) that
+  has a parent gets both ``flow``/``close`` and ``step``: ``reasoning.traces`` decides when it
+  places the span whether it nests (its own flow) or is an agent step of its root's flow.
+  Every other span has a ``step`` only.
+
+Flow (``flow``)
+  trigger_type     reasoning.trigger_type, else gen_ai.operation.name (as a label), else by
+                   kind (agent ``invoke_agent``, llm_prompt ``chat``, tool_call ``execute_tool``,
+                   embedding ``embeddings``, retrieval ``retrieval``), else ``otlp_trace``
   trigger_ref      reasoning.trigger_ref, else the span name (≤ 500 chars)
   trigger_summary  reasoning.trigger_summary, when present
-  agent            reasoning.agent, else gen_ai.agent.name (as a label), when present
-  session_id       reasoning.session_id, else session.id, else gen_ai.conversation.id (≤ 100 chars)
+  agent            reasoning.agent, else the conventions' agent; for an agent span without
+                   one, traceloop.entity.name or the span name (less an ``invoke_agent `` prefix);
+                   a flow without one takes it when placed (``reasoning.traces``)
+  session_id       reasoning.session_id, else the conventions' session (≤ 100 chars)
+  user_id          reasoning.user_id, else the conventions' user: the write path keeps only
+                   its keyed pseudonym (``user_ref``)
   trace_id         the hex trace id
   patient_id       reasoning.patient_id, when present
-  ``id`` is never set: the service derives it.
 
-Close (``close``), for an opening span
-  status ERROR  {"flow_state": "aborted", "abort_reason": the status message lowercased, each
-                run of characters outside [a-z0-9_.:-] made "_", trimmed to 200, or "span_error"}
+Close (``close``)
+  failed (status ERROR, an ``exception`` event, error.type, Langfuse level ERROR)
+                {"flow_state": "aborted", "abort_reason": the error type, lowercased, as a
+                label, or "span_error"}. The status message is never used: it is content.
   otherwise     {"flow_state": "completed", "outcome_type": reasoning.outcome_type or
-                "span_completed"}, plus outcome_summary from reasoning.outcome_summary when present
+                "span_completed"}, plus outcome_summary from reasoning.outcome_summary
 
-Step (``step``), for every other span
-  kind              reasoning.kind, else :data:`KIND_BY_OPERATION` (below)
-  agent             reasoning.agent, else gen_ai.agent.name, else the resource's service.name
-                    (both as labels), else ``otlp``
-  summary_text      reasoning.summary_text, else generated from identifiers only (model, tool
-                    and span names), never from message content: :data:`GENERATED_SUMMARIES`;
-                    one line of plain text, ≤ 280 chars
-  span_id           the hex span id
-  started_at        the span start, ISO 8601
-  latency_ms        reasoning.latency_ms, else the span's duration in whole ms (omitted past
-                    the serializer's 2,147,483,647)
+Step (``step``)
+  kind              reasoning.kind, else the conventions' kind
+  agent             reasoning.agent, else the conventions' agent, else the resource's
+                    gen_ai.agent.name / agent.name, else service.name (as labels), else
+                    ``otlp``; a step that names none takes its enclosing agent's when placed
+  summary_text      reasoning.summary_text, else generated from identifiers only (model,
+                    tool, agent and span names), never from content: :data:`GENERATED_SUMMARIES`
+  span_id, started_at, latency_ms (reasoning.latency_ms, else the span's duration)
+  model, input_tokens, output_tokens, reasoning_tokens, cached_tokens, tool
+  outcome, error_type  ``error`` and the error type's label (an exception class, error.type,
+                    an HTTP status) when the span failed; "span_error" when nothing names it
   confidence, rationale, llm_call_log_ref, experiment_trace_ref, decision_graph_node_ref,
   memory_claim_ref  reasoning.<same name>
-  model             gen_ai.response.model, else gen_ai.request.model (≤ 200 chars)
-  input_tokens      gen_ai.usage.input_tokens, else gen_ai.usage.prompt_tokens
-  output_tokens     gen_ai.usage.output_tokens, else gen_ai.usage.completion_tokens
-  reasoning_tokens  gen_ai.usage.reasoning.output_tokens, gen_ai.usage.reasoning_tokens or
-                    gen_ai.usage.output_tokens_details.reasoning_tokens (first present)
-  reasoning_content the ``content`` of every part of ``type`` "reasoning" in gen_ai.output.messages
-                    (a JSON string, or an OTLP array of kvlists), joined by a blank line
-  inputs, outputs, pii_fields   see below
-  ``parent_step_id`` is never set: the service resolves parents from ``parent_span_id``.
-  Token counts and the model are taken only when they are valid (an int in 0..2,147,483,647,
-  a non-blank string); the attributes stay in ``inputs`` either way.
+  inputs, outputs, pii_fields, reasoning_content   below
 
-Step kinds (:data:`KIND_BY_OPERATION`), when there is no reasoning.kind
-  gen_ai.operation.name chat, text_completion, generate_content   llm_prompt
-  gen_ai.operation.name execute_tool                              tool_call
-  gen_ai.operation.name embeddings                                embedding
-  gen_ai.operation.name retrieval                                 retrieval
-  gen_ai.operation.name create_agent                              agent_setup
-  no operation above, and db.system, db.system.name or
-  gen_ai.data_source.id present                                   retrieval
-  anything else                                                   span
-  (invoke_agent spans open flows: they are never steps.)
-
-Generated summaries (:data:`GENERATED_SUMMARIES`), by that kind
-  llm_prompt "Model call to <model>" / "Model call"; tool_call "Called tool <gen_ai.tool.name>" /
-  "Called a tool"; embedding "Embeddings from <model>" / "Computed embeddings"; retrieval
-  "Retrieved context"; agent_setup "Set up agent <gen_ai.agent.name>" / "Set up an agent";
-  span "Span <span name>" / "Span". The names are cleaned to one line of plain text and the
-  summary is cut to 280 chars (ending "…").
-
-Message content (may hold PHI)
-  Inputs: gen_ai.input.messages, gen_ai.system_instructions, gen_ai.tool.call.arguments,
-  gen_ai.retrieval.query.text, input.value, traceloop.entity.input, db.query.text,
-  db.statement, and the families gen_ai.prompt*, llm.input_messages*. Outputs:
-  gen_ai.output.messages, gen_ai.tool.call.result, gen_ai.retrieval.documents,
-  gen_ai.evaluation.explanation, output.value, traceloop.entity.output, and the families
-  gen_ai.completion*, llm.output_messages* (:data:`CONTENT_ATTRIBUTES`, :data:`CONTENT_FAMILIES`).
-  * ``message_content="encrypt"``: each goes into ``inputs`` or ``outputs`` (by direction)
-    under its attribute name, and the key is listed in ``pii_fields``, whose values the
-    service stores only encrypted. A family goes under the family's name as an object
-    ``{attribute: value}`` (so a long conversation adds one pii field, not hundreds).
-    Span events that carry content (every ``gen_ai.*`` event, whole; from other events only
-    their content attributes) go into ``inputs``/``outputs`` under :data:`EVENTS_KEY` as a list
-    of ``{"name": event name, "attributes": {...}}``, also listed in ``pii_fields``.
-    gen_ai.output.messages is stored without its reasoning parts (those are reasoning_content).
-  * ``message_content="drop"``: none of it is kept, reasoning_content included.
-  Content never reaches any other field.
-
-Other attributes
-  Every other span attribute (the ``reasoning.*`` attributes the mapping did not use
-  included) goes into ``inputs`` under its name, at most :data:`MAX_KEPT_ATTRIBUTES` per span
-  (the first ones). OTLP values become JSON: string, bool, int, double as scalars (NaN and
-  infinities as the strings "NaN", "Infinity", "-Infinity"), bytes as base64, arrays as
-  lists, kvlists as objects. NUL and lone surrogates in strings and keys become U+FFFD
-  (Postgres cannot store them). Arrays and kvlists nested deeper than
-  :data:`MAX_VALUE_DEPTH` levels are kept as their JSON text. An attribute named
-  :data:`EVENTS_KEY` is dropped (the key holds event content). Span events other than content
-  events, links, the span kind, trace state, a step's status and dropped counts are not mapped.
+Clear, content and reasoning
+  * Clear: an attribute a convention allow-lists (ids, names, kinds, models, counts, durations,
+    statuses, finish reasons, providers), with a value of the allowed shape (a number, a
+    boolean, one line of at most 200 characters, an array of those; under a count prefix,
+    numbers only), goes into ``inputs`` under its name, at most :data:`MAX_KEPT_ATTRIBUTES`.
+  * Content (``message_content="encrypt"``): every other attribute. A convention's known
+    content (messages, prompts, tool arguments and results, payloads) goes into ``inputs``
+    or ``outputs`` by direction, under its name or its family's (``llm.input_messages``);
+    anything else, of any type, into ``inputs`` under :data:`UNKNOWN_KEY`, names and all;
+    every span event, whole, under :data:`EVENTS_KEY`. Each of these keys is listed in
+    ``pii_fields``: the write path stores them only encrypted.
+  * Reasoning: taken out of the content before it is kept (:func:`_fenced`): attributes whose
+    name says reasoning, ``reasoning_content``/``reasoning``/``thinking`` keys and reasoning or
+    thinking parts of JSON payloads (JSON inside JSON strings too), and JSON-like text that
+    mentions reasoning but does not parse, whole. It becomes the step's ``reasoning_content``
+    (encrypted, counted, read only with ``reasoning.cot.read``).
+  * ``message_content="drop"``: content, unknown attributes, events and reasoning are not kept.
+  * The resource's attributes are never stored (service.name and an agent name are read).
+  OTLP values become JSON: string, bool, int, double as scalars (NaN and infinities as the
+  strings "NaN", "Infinity", "-Infinity"), bytes as base64, arrays as lists, kvlists as
+  objects. NUL and lone surrogates become U+FFFD (Postgres cannot store them); arrays and
+  kvlists nested deeper than :data:`MAX_VALUE_DEPTH` levels are kept as their JSON text.
 
 Span problems (the span is skipped and reported; the rest of the request is mapped)
   * trace_id not 16 bytes or all zero; span_id not 8 bytes or all zero; parent_span_id

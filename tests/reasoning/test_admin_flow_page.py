@@ -455,3 +455,22 @@ def test_query_count_does_not_grow_with_the_steps(
         response = operator_client.get(page_url(flow_id))
 
     assert response.status_code == 200
+
+
+def test_a_failed_step_says_so_with_its_model_tool_and_tokens(operator_client: Client, make_dag: MakeFlow) -> None:
+    flow_id = make_dag(
+        2,
+        extra={
+            1: {"model": "gpt-4o-mini", "input_tokens": 21, "output_tokens": 34, "cached_tokens": 5},
+            2: {"kind": "tool_call", "tool": "lookup_guideline", "outcome": "error", "error_type": "LookupError"},
+        },
+    )
+
+    page = parse(operator_client.get(page_url(flow_id)).content)
+
+    first, second = page.by_id("step-1"), page.by_id("step-2")
+    assert "failed" not in first.one("h3").text
+    assert "gpt-4o-mini" in first.text and "21 in (5 cached), 34 out" in " ".join(first.text.split())
+    assert "failed: LookupError" in second.one("h3").text and "lookup_guideline" in second.text
+    failed_nodes = [node for node in svg_of(page).select("a") if "dag-node-failed" in node.attrs.get("class", "")]
+    assert [node.attrs["data-position"] for node in failed_nodes] == ["2"]

@@ -378,6 +378,35 @@ def test_the_review_lists_incorrect_decisions_by_type_with_their_questions(opera
     assert groups[0].one("article").attrs["data-flow"] == other
 
 
+def test_failed_steps_are_counted_by_error_type_with_a_link_to_their_flows(operator_client: Client) -> None:
+    plant("s-1")
+    flow, _ = services.start_flow({"trigger_type": "user_question", "agent": "alpha"}, actor=ACTOR)
+    failing = {"kind": "tool_call", "agent": "alpha", "summary_text": "Called a tool", "outcome": "error"}
+    services.add_steps(
+        flow.pk,
+        [{**failing, "error_type": "Timeout"}, {**failing, "error_type": "Timeout"}, {**failing, "error_type": "500"}],
+        actor=ACTOR,
+    )
+    services.add_steps(flow.pk, [{**failing, "agent": "beta", "error_type": "Other"}], actor=ACTOR)
+
+    html = page(operator_client)
+
+    rows = {
+        row.attrs["data-error-type"]: row
+        for row in html.by_id("failure-list").select("tr")
+        if "data-error-type" in row.attrs
+    }
+    assert list(rows) == ["Timeout", "500"]  # most first; another agent's are not here
+    assert [cell.text for cell in rows["Timeout"].select("td")][1:3] == ["2", "1"]
+    link = html.by_id("failures").one("a")
+    assert link.attrs["href"] == "/dashboard/admin/reasoning/flows?agent=alpha&failed=true"
+
+
+def test_an_agent_without_failures_says_so(operator_client: Client) -> None:
+    plant("s-1")
+    assert "No failed steps recorded for alpha." in page(operator_client).by_id("failures").text
+
+
 def test_opening_the_page_audits_the_review_read(operator_client: Client) -> None:
     plant("a-1", correct=False)
 

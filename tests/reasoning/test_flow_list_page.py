@@ -34,6 +34,7 @@ def ingest_flow(
     steps: int = 2,
     confidence: float = 0.9,
     summary: str = "Reviewed the evidence",
+    step: dict[str, Any] | None = None,
     **fields: Any,
 ) -> str:
     """One flow through the ingest route, begun ``ago`` and lasting ``seconds`` (None: still open)."""
@@ -49,6 +50,7 @@ def ingest_flow(
                 "agent": fields.get("agent", "researcher"),
                 "summary_text": summary,
                 "confidence": confidence,
+                **(step or {}),
             }
             for _ in range(steps)
         ],
@@ -150,6 +152,16 @@ def test_guard_patient_and_period_filters(
     blocked_row = parse(operator_client.get(PAGE, {"guard": "blocked"}).content).one("tr", data_flow=blocked)
     assert "blocked: email" in blocked_row.text
     assert "jane.roe" not in operator_client.get(PAGE).content.decode()  # rule names, never the text
+
+
+def test_the_failures_filter_finds_flows_with_a_failed_step(operator_client: Client, agent: APIClient) -> None:
+    failed = ingest_flow(agent, steps=1, step={"kind": "tool_call", "outcome": "error", "error_type": "Timeout"})
+    clean = ingest_flow(agent)
+
+    assert listed(operator_client.get(PAGE, {"failed": "true"})) == [failed]
+    assert listed(operator_client.get(PAGE, {"failed": "false"})) == [clean]
+    form = parse(operator_client.get(PAGE, {"failed": "true"}).content).one("select", name="failed")
+    assert form.one("option", selected="").attrs["value"] == "true"
 
 
 @pytest.mark.parametrize(

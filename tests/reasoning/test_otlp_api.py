@@ -215,6 +215,177 @@ def test_a_nested_agent_opens_its_own_flow_with_the_same_trace_id(agent: APIClie
     assert [s.kind for s in steps_in_order(flows["researcher"])] == ["tool_call"]
 
 
+def wrapper_root(**kwargs: Any) -> Span:
+    """A root span that is no agent and no call: a workflow around the run."""
+    return otlp.span("workflow triage_workflow", attributes={"traceloop.span.kind": "workflow"}, **kwargs)
+
+
+def outer_agent(span_id: str = CHILD, parent: str = ROOT) -> Span:
+    return otlp.span(
+        "triage-agent",
+        span_id=span_id,
+        parent_span_id=parent,
+        start=otlp.T0 + 5 * otlp.MS,
+        duration_ms=1000,
+        attributes={"openinference.span.kind": "AGENT", "agent.name": "triage-agent"},
+    )
+
+
+@pytest.mark.parametrize("in_pieces", [False, True])
+def test_a_wrapper_around_one_agent_is_one_flow_with_the_agent_as_a_step(agent: APIClient, in_pieces: bool) -> None:
+    spans = [chat(span_id=GRANDCHILD, parent=CHILD), outer_agent(), wrapper_root()]
+    if in_pieces:  # children first, one request each, as a SimpleSpanProcessor sends them
+        for span in spans:
+            send(agent, span)
+    else:
+        send(agent, *spans)
+
+    flow = ReasoningFlow.objects.get()  # no second, empty flow for the wrapper
+    assert (flow.pk, flow.agent, flow.trigger_type) == (span_uuid(TRACE, ROOT), "triage-agent", "otlp_trace")
+    agent_step, model_call = steps_in_order(flow)
+    assert (agent_step.kind, agent_step.agent, agent_step.summary_text) == (
+        "agent",
+        "triage-agent",
+        "Agent triage-agent ran",
+    )
+    assert (model_call.parent_step_id, model_call.agent, model_call.model) == (
+        agent_step.pk,
+        "triage-agent",
+        "gpt-4o-2024-08-06",
+    )
+    assert not PendingSpan.objects.exists()
+
+
+def test_an_agent_inside_an_agent_step_opens_a_nested_flow_linked_to_its_caller(
+    agent: APIClient, operator: APIClient
+) -> None:
+    inner = otlp.span(
+        "researcher",
+        span_id="aaaaaaaaaaaaaaa1",
+        parent_span_id=CHILD,
+        start=otlp.T0 + 50 * otlp.MS,
+        attributes={"openinference.span.kind": "AGENT", "agent.name": "researcher"},
+    )
+    inner_tool = tool(span_id="aaaaaaaaaaaaaaa2", parent="aaaaaaaaaaaaaaa1")
+
+    send(agent, inner_tool, inner, outer_agent(), wrapper_root())
+
+    flows = {flow.agent: flow for flow in ReasoningFlow.objects.filter(trace_id=TRACE)}
+    assert set(flows) == {"triage-agent", "researcher"}
+    outer, nested = flows["triage-agent"], flows["researcher"]
+    assert (nested.parent_span_id, nested.trigger_type) == (CHILD, "invoke_agent")
+    assert [s.kind for s in steps_in_order(nested)] == ["tool_call"]
+    (agent_step,) = steps_in_order(outer)
+    graph = operator.get(f"/admin/v1/reasoning/turns/{TRACE}").json()["graph"]
+    assert {
+        "from": str(agent_step.pk),
+        "to": str(steps_in_order(nested)[0].pk),
+        "kind": "cross_flow",
+        "reason": "nested_agent",
+    } in graph["edges"]
+
+
+def test_a_bare_model_call_is_a_flow_of_one_step_with_its_usage(agent: APIClient) -> None:
+    call = otlp.span(
+        "ChatCompletion",
+        attributes={
+            "openinference.span.kind": "LLM",
+            "llm.model_name": "gpt-4o-mini",
+            "llm.token_count.prompt": 21,
+            "llm.token_count.completion": 34,
+            "llm.token_count.prompt_details.cache_read": 5,
+            "input.value": json.dumps({"messages": [{"role": "user", "content": MARKER}]}),
+            "output.value": json.dumps({"choices": [{"message": {"content": "ok", "reasoning_content": "Think."}}]}),
+        },
+    )
+
+    send(agent, call)
+
+    flow = ReasoningFlow.objects.get()
+    assert (flow.trigger_type, flow.flow_state, flow.step_count) == ("chat", "completed", 1)
+    (step,) = steps_in_order(flow)
+    assert (step.kind, step.model, step.input_tokens, step.output_tokens, step.cached_tokens) == (
+        "llm_prompt",
+        "gpt-4o-mini",
+        21,
+        34,
+        5,
+    )
+    assert step.reasoning_content == "Think." and "Think." not in (step.outputs_pii or "")
+    assert MARKER in (step.inputs_pii or "") and MARKER not in json.dumps(step.inputs)
+
+
+def test_a_failed_call_and_a_failing_tool_are_failed_steps_and_the_flow_list_finds_them(
+    agent: APIClient, operator: APIClient
+) -> None:
+    failing_tool = otlp.span(
+        "execute_tool lookup",
+        span_id=GRANDCHILD,
+        parent_span_id=ROOT,
+        start=otlp.T0 + 900 * otlp.MS,
+        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_guideline"},
+        status="error",
+        status_message=f"lookup failed for {MARKER}",
+        events=[("exception", {"exception.type": "LookupError", "exception.message": MARKER})],
+    )
+    send(agent, chat(), failing_tool, agent_root())
+    other = "0af7651916cd43dd8448eb211c80319c"
+    send(agent, otlp.span("ok", trace_id=other, attributes={"gen_ai.operation.name": "invoke_agent"}))
+
+    flow = ReasoningFlow.objects.get(trace_id=TRACE)
+    model_call, lookup = steps_in_order(flow)
+    assert (model_call.outcome, model_call.error_type) == ("ok", "")
+    assert (lookup.outcome, lookup.error_type, lookup.tool) == ("error", "LookupError", "lookup_guideline")
+    # The message is content: kept encrypted with the events, nowhere in clear.
+    assert MARKER in (lookup.inputs_pii or "")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM reasoning_step s WHERE s::text LIKE %s", [f"%{MARKER}%"])
+        assert cursor.fetchone() == (0,)
+
+    failed = operator.get("/admin/v1/reasoning/flows?failed=true").json()
+    assert [row["id"] for row in failed] == [str(flow.pk)]
+    clean = operator.get("/admin/v1/reasoning/flows?failed=false").json()
+    assert str(flow.pk) not in {row["id"] for row in clean} and len(clean) == 1
+    bad = operator.get("/admin/v1/reasoning/flows?failed=maybe")
+    assert bad.status_code == 400 and "failed" in bad.content.decode()
+
+
+def test_a_user_id_is_kept_only_as_a_pseudonym(agent: APIClient) -> None:
+    send(agent, agent_root(attributes={"user.id": "patient.jane@example.org"}))
+    other = "0af7651916cd43dd8448eb211c80319c"
+    send(agent, otlp.span(trace_id=other, attributes={"enduser.id": "patient.jane@example.org"}))
+
+    first, second = ReasoningFlow.objects.order_by("trace_id")
+    assert first.user_ref and first.user_ref == second.user_ref  # the same user, grouped
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM reasoning_flow f WHERE f::text LIKE '%jane@example%'")
+        assert cursor.fetchone() == (0,)
+
+
+def test_non_utf8_in_a_string_field_is_a_400_naming_the_problem(agent: APIClient) -> None:
+    body = otlp.protobuf_body(otlp.request(chat(attributes={"kkkk": "vvvv"}), agent_root()))
+    response = agent.post(URL, body.replace(b"kkkk", b"k\xff\xfek"), content_type="application/x-protobuf")
+    assert response.status_code == 400
+    assert "UTF-8" in status_of(response).message
+    assert not ReasoningFlow.objects.exists()
+
+
+def test_negative_and_absurd_token_counts_are_refused_for_their_field_and_named(agent: APIClient) -> None:
+    answer = send(
+        agent, chat(attributes={"gen_ai.usage.input_tokens": -3, "gen_ai.usage.output_tokens": 10**15}), agent_root()
+    )
+
+    assert answer.partial_success.rejected_spans == 0
+    message = answer.partial_success.error_message
+    assert (
+        "2 values refused" in message
+        and "gen_ai.usage.input_tokens" in message
+        and "gen_ai.usage.output_tokens" in message
+    )
+    (step,) = ReasoningStep.objects.all()
+    assert (step.input_tokens, step.output_tokens, step.model) == (None, None, "gpt-4o-2024-08-06")
+
+
 def test_message_content_is_stored_only_encrypted(agent: APIClient) -> None:
     messages = json.dumps([{"role": "user", "parts": [{"type": "text", "content": f"My MRN is {MARKER}"}]}])
     output = json.dumps(

@@ -385,3 +385,15 @@ def test_values_of_every_type_at_depth_under_an_unknown_key() -> None:
 def test_span_id_is_reported_in_the_warning() -> None:
     _, problems = map_request(request(child(attributes={"gen_ai.usage.input_tokens": -1})))
     assert problems[0].span_id == CHILD_SPAN_ID
+
+
+def test_the_ingest_guide_lists_every_name_each_convention_reads() -> None:
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "ingest.md").read_text()
+    for convention in CONVENTIONS:
+        names = [*convention.clear, *convention.inputs, *convention.outputs, *convention.kinds]
+        names += [name for name in (*convention.model, *convention.tool, *convention.agent) if isinstance(name, str)]
+        for name in names:
+            shown = f"`{name}*`" if name.endswith(".") else f"`{name}`"
+            assert shown in guide, f"{convention.name}: {shown} is not in docs/ingest.md"
