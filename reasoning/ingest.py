@@ -385,6 +385,7 @@ def _new_flow(item: Item, fingerprint: str, known_patients: set[uuid.UUID], now:
     fields = dict(item.create)
     fields.pop("id", None)
     patient_id = fields.pop("patient_id", None)
+    # The OTLP path's end user (the JSON routes take none): only its pseudonym is stored.
     user_id = fields.pop("user_id", "")
     if user_id:
         fields["user_ref"] = user_pseudonym(user_id)

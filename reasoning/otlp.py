@@ -120,6 +120,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import re
@@ -261,7 +262,10 @@ class MappedSpan:
     step: dict[str, Any]  # StepCreateSerializer fields; {} for a root span that is no call
     kind: str = DEFAULT_KIND  # the derived step kind ("agent" for agent spans)
     agent_named: bool = False  # the span names its agent itself (else step["agent"] is the fallback)
-    fallback_agent: str = "otlp"  # the resource's agent or service.name, as a label
+    # An agent span that names its agent by an attribute: an agent within it nests (reasoning.traces).
+    agent_scope: bool = False
+    # A root agent's span-name label, else the resource's agent or service.name, as a label.
+    fallback_agent: str = "otlp"
 
 
 @dataclass(frozen=True)
@@ -543,14 +547,17 @@ def _mapped(
     failed = span.status.code == Status.STATUS_CODE_ERROR
     facts = conventions.read(CONVENTIONS, attributes, status_error=failed, exception_type=_exception_type(span))
     kind = _kind(facts, attributes)
-    # Agent and tool spans may name themselves only by their entity or span name.
+    # Agent and tool spans may name themselves only by their entity name, else by their span name.
     agent = facts.agent
     if agent is None and kind == conventions.AGENT:
-        agent = conventions.text(attributes.get(traceloop.ENTITY_NAME)) or span.name.removeprefix(AGENT_SPAN_PREFIX)
+        agent = conventions.text(attributes.get(traceloop.ENTITY_NAME))
     tool = facts.tool
     if tool is None and kind == conventions.TOOL:
         tool = conventions.text(attributes.get(traceloop.ENTITY_NAME)) or span.name
-    agent_label = own_step.get("agent") or own_flow.get("agent") or _label(agent or "", MAX_LABEL)
+    # Named by an attribute: an agent span named so opens an agent's scope (reasoning.traces).
+    attribute_agent = own_step.get("agent") or own_flow.get("agent") or _label(agent or "", MAX_LABEL)
+    span_name_agent = _label(span.name.removeprefix(AGENT_SPAN_PREFIX), MAX_LABEL) if kind == conventions.AGENT else ""
+    agent_label = attribute_agent or span_name_agent
     error_type = _error_label(facts.error_type or "") if facts.failed else ""
     if facts.failed and not error_type:
         error_type = "span_error"
@@ -559,7 +566,10 @@ def _mapped(
     flow: dict[str, Any] = {}
     close: dict[str, Any] = {}
     if opens_flow or kind == conventions.AGENT:
-        flow, close = _flow(span, own_flow, trace_id, kind, attributes, facts, agent_label, error_type)
+        # A root names its flow's agent by an attribute only: one named by its span alone ("Agent
+        # workflow") yields to the first agent its steps name (reasoning.traces).
+        flow_agent = attribute_agent if opens_flow else agent_label
+        flow, close = _flow(span, own_flow, trace_id, kind, attributes, facts, flow_agent, error_type)
     step: dict[str, Any] = {}
     if not opens_flow or kind in conventions.CALL_KINDS:
         step = _step(
@@ -589,7 +599,8 @@ def _mapped(
         step=step,
         kind=own_step.get("kind") or kind,
         agent_named=bool(agent_label),
-        fallback_agent=resource.fallback_agent,
+        agent_scope=kind == conventions.AGENT and bool(attribute_agent),
+        fallback_agent=(span_name_agent if opens_flow else "") or resource.fallback_agent,
     )
     return mapped, facts.bad_counts
 
@@ -767,8 +778,10 @@ def _add_pii(pii: list[str], key: str) -> None:
         pii.append(key)
 
 
+@functools.lru_cache(maxsize=8192)
 def _content(name: str) -> tuple[bool | None, str | None]:
-    """(direction, family) of a content attribute: the first convention that knows it as content."""
+    """(direction, family) of a content attribute: the first convention that knows it as content.
+    Cached: a request's spans repeat the same names."""
     for convention in CONVENTIONS:
         direction = convention.direction(name)
         if direction is not None:
@@ -776,8 +789,22 @@ def _content(name: str) -> tuple[bool | None, str | None]:
     return None, None
 
 
+@functools.lru_cache(maxsize=8192)
+def _clear_rule(name: str) -> str:
+    """How ``name`` may be kept in clear: "exact" (a listed name), "number" (under a count
+    prefix) or "" (never). Cached like :func:`_content`."""
+    if any(name in convention.clear for convention in CONVENTIONS):
+        return "exact"
+    if any(name.startswith(convention.clear_prefixes) for convention in CONVENTIONS if convention.clear_prefixes):
+        return "number"
+    return ""
+
+
 def _is_clear(name: str, value: AnyValue) -> bool:
-    return any(convention.is_clear(name, value) for convention in CONVENTIONS)
+    rule = _clear_rule(name)
+    if rule == "exact":
+        return conventions.clear_value(value)
+    return rule == "number" and value.WhichOneof("value") in ("int_value", "double_value")
 
 
 def _reasoning_attributes(attributes: dict[str, AnyValue], wanted: dict[str, tuple[str, ...]]) -> dict[str, Any]:

@@ -11,9 +11,12 @@
   flow-opening ancestor; its parent step is its parent span, unless that span opened the flow.
 * An agent span opens a flow of its own when an agent encloses it (the flow it would join was
   opened by an agent span, or an agent step lies between them): a nested agent, whose flow
-  records its caller (``parent_span_id``) so the turn view links the two. The outermost agent
-  under a root that is no agent (a workflow or a request span wrapping the run) is a step of
-  kind ``agent`` of the root's flow instead, so a wrapper never leaves a flow without steps.
+  records its caller (``parent_span_id``) so the turn view links the two. Only an agent span
+  that names its agent by an attribute encloses others (``agent_scope``): one named by its
+  span name alone ("Agent workflow", the trace span of the OpenAI Agents SDK) is a wrapper.
+  The outermost agent under a root that is no such agent (a workflow or a request span
+  wrapping the run) is a step of kind ``agent`` of the root's flow instead, so a wrapper never
+  leaves an extra flow.
 * Agents: a step's agent is the one its span names; else the nearest enclosing agent's; else
   its flow's; else the resource's (``service.name``). A flow whose opening span names no agent
   takes the first agent named by one of its steps, else the resource's.
@@ -142,7 +145,7 @@ def _validate(span: MappedSpan) -> SpanProblem | dict[str, Any]:
     or the problem."""
     checks: list[tuple[type[Any], dict[str, Any], str]] = []
     if span.flow:
-        checks += [(FlowCreateSerializer, span.flow, "flow"), (FlowCloseSerializer, span.close, "close")]
+        checks += [(FlowCreateSerializer, _public(span.flow), "flow"), (FlowCloseSerializer, span.close, "close")]
     if span.step:
         checks.append((StepCreateSerializer, span.step, "step"))
     checked: dict[str, Any] = {}
@@ -154,6 +157,12 @@ def _validate(span: MappedSpan) -> SpanProblem | dict[str, Any]:
             described = "; ".join(f"{_attribute(name)}: {' '.join(messages)}" for name, messages in errors.items())
             return SpanProblem(span.trace_id, span.span_id, f"span {span.span_id}: {described}")
     return checked
+
+
+def _public(flow: Mapping[str, Any]) -> dict[str, Any]:
+    """The flow fields the open route takes: the end user's id is the OTLP path's own (the write
+    path keeps only its pseudonym, ``user_ref``)."""
+    return {name: value for name, value in flow.items() if name != "user_id"}
 
 
 def _attribute(field_name: str) -> str:
@@ -280,7 +289,7 @@ def _place(universe: Mapping[Key, MappedSpan], stored: _Stored) -> dict[Key, _Pl
             return _Anchor(
                 span_uuid(*key),
                 call_step_uuid(*key) if span.step else None,
-                span.kind == AGENT,
+                span.agent_scope,
                 span.flow.get("agent"),
             )
         return None
@@ -309,12 +318,11 @@ def _place(universe: Mapping[Key, MappedSpan], stored: _Stored) -> dict[Key, _Pl
                 found = _Anchor(span_uuid(*key), None, True, span.flow.get("agent") or own_agent)
             else:
                 placed[key] = _Placed(span, found.flow_id, found.step_id, own_agent or found.agent)
-                is_agent = span.kind == AGENT
                 found = _Anchor(
                     found.flow_id,
                     span_uuid(*key),
-                    found.in_agent or is_agent,
-                    own_agent if is_agent and own_agent else found.agent,
+                    found.in_agent or span.agent_scope,
+                    own_agent if span.kind == AGENT and own_agent else found.agent,
                 )
             below[key] = found
     return placed
@@ -379,6 +387,8 @@ def _items(
             key, span = opening[flow_id]
             parts = checked.get(key) or _revalidated(span)
             create = dict(parts["flow"])
+            if span.flow.get("user_id"):
+                create["user_id"] = span.flow["user_id"]
             if not create.get("agent"):
                 named = next((where.agent for _, where in members if where.span.agent_named and where.agent), None)
                 create["agent"] = named or span.fallback_agent
@@ -417,7 +427,7 @@ def _revalidated(span: MappedSpan) -> dict[str, Any]:
     """A parked span's parts, validated again (they were validated on arrival: this passes)."""
     parts: dict[str, Any] = {}
     if span.flow:
-        parts["flow"] = validated(FlowCreateSerializer, span.flow)
+        parts["flow"] = validated(FlowCreateSerializer, _public(span.flow))
         parts["close"] = validated(FlowCloseSerializer, span.close)
     if span.step:
         parts["step"] = validated(StepCreateSerializer, span.step)
@@ -489,6 +499,7 @@ def _to_json(span: MappedSpan) -> str:
             "step": span.step,
             "kind": span.kind,
             "agent_named": span.agent_named,
+            "agent_scope": span.agent_scope,
             "fallback_agent": span.fallback_agent,
         }
     )
@@ -511,6 +522,7 @@ def _from_json(text: str) -> MappedSpan:
         # Spans parked before these fields existed: their step named its agent.
         kind=data.get("kind", step.get("kind", DEFAULT_KIND)),
         agent_named=data.get("agent_named", True),
+        agent_scope=data.get("agent_scope", data.get("kind") == AGENT),
         fallback_agent=data.get("fallback_agent", step.get("agent", "otlp")),
     )
 
