@@ -137,6 +137,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
 from core.serializers import FORBIDDEN_TEXT_CATEGORIES
+from reasoning import summary_guard
 from reasoning.recording import conventions
 from reasoning.recording.conventions import CONVENTIONS, traceloop
 
@@ -208,6 +209,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NOT_LABEL = re.compile(r"[^A-Za-z0-9_.:/-]+")
 _NOT_LABEL_START = re.compile(r"^[^A-Za-z0-9]+")
 _NOT_ABORT_REASON = re.compile(r"[^a-z0-9_.:-]+")
+_MODEL_KINDS = frozenset({"llm_prompt", "embedding", "rerank"})
+_MODEL_DATE = re.compile(r"[-@_](?:19|20)\d\d-?\d\d-?\d\d$")
 _PYTHON_CLASS = re.compile(r"<class '([^']{1,200})'>")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _PARSE_ERROR_FIELD = re.compile(r"Failed to parse (\w+) field: ")
@@ -841,10 +844,17 @@ def _generated_summary(kind: str, span: Span, model: str, tool: str, agent: str)
     else:
         words = _plain_line(kind.replace("_", " ")).capitalize() or "Span"
         identifier, with_identifier, without = span.name, words + " {}", words
+    if kind in _MODEL_KINDS:
+        # A model's dated snapshot ("gpt-4o-mini-2024-07-18") reads as a date to the summary guard.
+        identifier = _MODEL_DATE.sub("", identifier)
     identifier = _plain_line(identifier[: 4 * MAX_SUMMARY])
     summary = with_identifier.format(identifier) if identifier else without
     if len(summary) > MAX_SUMMARY:
         summary = summary[: MAX_SUMMARY - 1].rstrip() + "…"
+    # A generated summary never blocks a flow for patients: a name the guard refuses (a tool
+    # named like an email address, a span name with a date) is left out.
+    if identifier and not summary_guard.check_summary(summary).ok:
+        summary = without
     return summary
 
 

@@ -128,7 +128,7 @@ def test_an_agent_turn_becomes_a_closed_flow_with_its_steps(agent: APIClient) ->
     model_call, lookup = steps_in_order(flow)
     assert (model_call.kind, model_call.summary_text, model_call.parent_step_id) == (
         "llm_prompt",
-        "Model call to gpt-4o-2024-08-06",
+        "Model call to gpt-4o",  # the dated snapshot is the model field's, not the summary's
         None,
     )
     assert (model_call.model, model_call.input_tokens, model_call.output_tokens) == ("gpt-4o-2024-08-06", 812, 96)

@@ -397,3 +397,37 @@ def test_the_ingest_guide_lists_every_name_each_convention_reads() -> None:
         for name in names:
             shown = f"`{name}*`" if name.endswith(".") else f"`{name}`"
             assert shown in guide, f"{convention.name}: {shown} is not in docs/ingest.md"
+
+
+@pytest.mark.parametrize(
+    ("attributes", "name", "summary"),
+    [
+        # A dated snapshot reads as a date of birth to the summary guard: the summary names the model without it.
+        (
+            {"gen_ai.operation.name": "chat", "gen_ai.response.model": "gpt-4o-mini-2024-07-18"},
+            "chat",
+            "Model call to gpt-4o-mini",
+        ),
+        (
+            {"gen_ai.operation.name": "chat", "gen_ai.response.model": "claude-3-5-sonnet-20241022"},
+            "chat",
+            "Model call to claude-3-5-sonnet",
+        ),
+        # A name the guard refuses is left out of the summary.
+        (
+            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "mail_jane.roe@example.com"},
+            "x",
+            "Called a tool",
+        ),
+        ({"openinference.span.kind": "CHAIN"}, "visit on 1970-01-02", "Chain"),
+    ],
+)
+def test_a_generated_summary_never_blocks_a_flow_for_patients(
+    attributes: dict[str, Any], name: str, summary: str
+) -> None:
+    from reasoning.summary_guard import check_summary
+
+    step = mapped_step(attributes, name=name)
+    assert step["summary_text"] == summary and check_summary(summary).ok
+    # The step keeps the model exactly as it was named.
+    assert step.get("model") == attributes.get("gen_ai.response.model")
