@@ -157,6 +157,7 @@ AGENT_TRIGGER = "invoke_agent"
 # operation names of the GenAI conventions, so flows read alike whichever library sent them.
 TRIGGER_BY_KIND = {
     "agent": AGENT_TRIGGER,
+    "workflow": "invoke_workflow",
     "llm_prompt": "chat",
     "tool_call": "execute_tool",
     "embedding": "embeddings",
@@ -933,7 +934,9 @@ def _without_reasoning(value: Any, reasoning: list[str], depth: int) -> Any:
     if isinstance(value, dict):
         result_object: dict[str, Any] = {}
         for key, item in value.items():
-            if key in REASONING_KEYS and item not in (None, "", [], {}):
+            # Text (or parts holding it) only: a count under such a key (LangChain's
+            # output_token_details.reasoning) is no reasoning.
+            if key in REASONING_KEYS and isinstance(item, str | list | dict) and item:
                 text = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
                 reasoning.append(_storable(text))
                 continue

@@ -313,7 +313,9 @@ def _place(universe: Mapping[Key, MappedSpan], stored: _Stored) -> dict[Key, _Pl
         for key in reversed(chain):
             span = universe[key]
             own_agent = span.step.get("agent") if span.agent_named else None
-            if span.kind == AGENT and found.in_agent and span.flow:
+            # An agent within another agent's scope nests, unless it is that same agent again (a
+            # framework's inner span of the run its instrumentation already opened).
+            if span.kind == AGENT and found.in_agent and span.flow and span.flow.get("agent") != found.agent:
                 placed[key] = _Placed(span, span_uuid(*key), None, own_agent, as_flow=True)
                 found = _Anchor(span_uuid(*key), None, True, span.flow.get("agent") or own_agent)
             else:

@@ -431,3 +431,9 @@ def test_a_generated_summary_never_blocks_a_flow_for_patients(
     assert step["summary_text"] == summary and check_summary(summary).ok
     # The step keeps the model exactly as it was named.
     assert step.get("model") == attributes.get("gen_ai.response.model")
+
+
+def test_a_count_under_a_reasoning_key_is_no_reasoning() -> None:
+    output = json.dumps({"usage_metadata": {"output_token_details": {"reasoning": 13}}, "content": MARKER})
+    step = mapped_step({"output.value": output})
+    assert "reasoning_content" not in step and step["outputs"]["output.value"] == output
