@@ -549,7 +549,7 @@ def _mapped(
     own_flow = _reasoning_attributes(attributes, _FLOW_ATTRIBUTES)
     own_step = _reasoning_attributes(attributes, _STEP_ATTRIBUTES)
     failed = span.status.code == Status.STATUS_CODE_ERROR
-    facts = conventions.read(CONVENTIONS, attributes, status_error=failed, exception_type=_exception_type(span))
+    facts = conventions.read(attributes, status_error=failed, exception_type=_exception_type(span))
     kind = _kind(facts, attributes)
     # Agent and tool spans may name themselves only by their entity name, else by their span name.
     agent = facts.agent

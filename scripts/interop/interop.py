@@ -95,6 +95,8 @@ def install_node(name: str, folder: Path) -> tuple[list[str], dict[str, str]]:
     work = VENVS / name
     work.mkdir(parents=True, exist_ok=True)
     shutil.copy(folder / "package.json", work / "package.json")
+    # The current versions within package.json's ranges, not the ones an earlier capture locked.
+    (work / "package-lock.json").unlink(missing_ok=True)
     for script in folder.glob("*.mjs"):
         shutil.copy(script, work / script.name)
     _run(["npm", "install", "--silent", "--no-audit", "--no-fund"], cwd=work)

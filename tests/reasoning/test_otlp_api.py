@@ -241,7 +241,7 @@ def test_a_wrapper_around_one_agent_is_one_flow_with_the_agent_as_a_step(agent: 
         send(agent, *spans)
 
     flow = ReasoningFlow.objects.get()  # no second, empty flow for the wrapper
-    assert (flow.pk, flow.agent, flow.trigger_type) == (span_uuid(TRACE, ROOT), "triage-agent", "otlp_trace")
+    assert (flow.pk, flow.agent, flow.trigger_type) == (span_uuid(TRACE, ROOT), "triage-agent", "invoke_workflow")
     agent_step, model_call = steps_in_order(flow)
     assert (agent_step.kind, agent_step.agent, agent_step.summary_text) == (
         "agent",

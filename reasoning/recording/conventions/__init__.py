@@ -183,80 +183,109 @@ def _count(raw: object) -> int | object | None:
     return _NOT_COUNT
 
 
-def _token(attributes: Mapping[str, AnyValue], source: TokenSource) -> tuple[bool, int | None]:
-    """(present, count): a present source whose value is no count gives (True, None)."""
-    if isinstance(source, tuple):
-        name, key = source
-        document = _json_object(attributes.get(name))
-        found = _dotted(document, key) if document is not None else None
-        if found is None:
-            return False, None
-        counted = _count(found)
-    else:
-        value = attributes.get(source)
-        if value is None or value.WhichOneof("value") is None:
-            return False, None
-        counted = _count(_scalar(value))
-    return True, None if counted is _NOT_COUNT else counted  # type: ignore[return-value]
-
-
 _TOKEN_FIELDS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens")
 _LABEL_FIELDS = ("model", "tool", "agent", "session", "user")
 
 
-def read(
-    conventions: Sequence[Convention],
-    attributes: Mapping[str, AnyValue],
-    *,
-    status_error: bool,
-    exception_type: str | None,
-) -> Facts:
-    """The facts of one span: for each field, the first convention (in order) that has a usable value."""
+@dataclass(frozen=True)
+class _Source:
+    """Where one attribute may feed one field: ``rank`` orders the candidates (convention, then
+    the convention's own order); ``key`` is the key inside a JSON object (token counts);
+    ``kinds`` the values of a kind attribute; ``failing`` the values that mean failure."""
+
+    field: str
+    rank: tuple[int, int]
+    key: str | None = None
+    kinds: Mapping[str, str] | None = None
+    failing: frozenset[str] | None = None
+
+
+def _index(conventions: Sequence[Convention]) -> dict[str, list[_Source]]:
+    """attribute name -> the fields it may feed, so that reading a span costs a lookup per
+    attribute it has, not one per name every convention knows."""
+    index: dict[str, list[_Source]] = {}
+
+    def add(name: str, source: _Source) -> None:
+        index.setdefault(name, []).append(source)
+
+    for c, convention in enumerate(conventions):
+        for position, (name, values) in enumerate(convention.kinds.items()):
+            add(name, _Source("kind", (c, position), kinds=values))
+        for field_name in (*_LABEL_FIELDS, "error_type"):
+            for position, name in enumerate(getattr(convention, field_name)):
+                add(name, _Source(field_name, (c, position)))
+        for field_name in _TOKEN_FIELDS:
+            for position, token_source in enumerate(getattr(convention, field_name)):
+                if isinstance(token_source, tuple):
+                    add(token_source[0], _Source(field_name, (c, position), key=token_source[1]))
+                else:
+                    add(token_source, _Source(field_name, (c, position)))
+        for position, (name, failing) in enumerate(convention.error_when.items()):
+            add(name, _Source("failed", (c, position), failing=failing))
+    return index
+
+
+def read(attributes: Mapping[str, AnyValue], *, status_error: bool, exception_type: str | None) -> Facts:
+    """The facts of one span: for each field, the first convention (in :data:`CONVENTIONS`'
+    order, then its own) that has a usable value."""
     facts = Facts(failed=status_error or exception_type is not None)
-    for convention in conventions:
-        if facts.kind is None:
-            for name, values in convention.kinds.items():
-                value = text(attributes.get(name))
-                if value is not None and (kind := values.get(value.lower())) is not None:
+    candidates: dict[str, list[tuple[tuple[int, int], _Source, str, AnyValue]]] = {}
+    for name, value in attributes.items():
+        for source in _INDEX.get(name, ()):
+            candidates.setdefault(source.field, []).append((source.rank, source, name, value))
+    documents: dict[str, Mapping[str, object] | None] = {}  # JSON objects parsed once per attribute
+    for field_name, found in candidates.items():
+        found.sort(key=lambda candidate: candidate[0])
+        for _, source, name, value in found:
+            if field_name == "failed":
+                shown = text(value)
+                if shown is not None and source.failing is not None and shown.lower() in source.failing:
+                    facts.failed = True
+                continue
+            if field_name == "kind":
+                shown = text(value)
+                kind = source.kinds.get(shown.lower()) if shown is not None and source.kinds else None
+                if kind is not None:
                     facts.kind = kind
                     break
-        for field_name in _LABEL_FIELDS:
-            if getattr(facts, field_name) is None:
-                for name in getattr(convention, field_name):
-                    # A name, a model, an id: one short line, as in clear (anything else is content).
-                    raw = attributes.get(name)
-                    value = text(raw) if raw is not None and clear_value(raw) else None
-                    if value is not None:
-                        setattr(facts, field_name, value)
-                        break
-        for field_name in _TOKEN_FIELDS:
-            if getattr(facts, field_name) is None:
-                for source in getattr(convention, field_name):
-                    present, count = _token(attributes, source)
-                    if not present:
-                        continue
-                    if count is None:
-                        facts.bad_counts.append((field_name, source if isinstance(source, str) else source[0]))
-                        continue
-                    setattr(facts, field_name, count)
+            elif field_name in _LABEL_FIELDS:
+                # A name, a model, an id: one short line, as in clear (anything else is content).
+                shown = text(value) if clear_value(value) else None
+                if shown is not None:
+                    setattr(facts, field_name, shown)
                     break
-        for name, failing in convention.error_when.items():
-            value = text(attributes.get(name))
-            if value is not None and value.lower() in failing:
-                facts.failed = True
-        if facts.error_type is None:
-            for name in convention.error_type:
-                value = attributes.get(name)
-                shown = text(value) if value is not None and value.WhichOneof("value") == "string_value" else None
-                if shown is None and value is not None and value.WhichOneof("value") == "int_value":
+            elif field_name == "error_type":
+                which = value.WhichOneof("value")
+                shown = text(value) if which == "string_value" else None
+                if which == "int_value":
                     shown = str(value.int_value)  # an HTTP status
                 if shown is not None and len(shown) <= MAX_CLEAR_TEXT:
                     facts.error_type = shown
                     break
+            else:  # a token count
+                if source.key is not None:
+                    if name not in documents:
+                        documents[name] = _json_object(value)
+                    document = documents[name]
+                    raw = _dotted(document, source.key) if document is not None else None
+                    if raw is None:
+                        continue
+                else:
+                    if value.WhichOneof("value") is None:
+                        continue
+                    raw = _scalar(value)
+                counted = _count(raw)
+                if counted is _NOT_COUNT:
+                    facts.bad_counts.append((field_name, name))
+                    continue
+                setattr(facts, field_name, counted)
+                break
     if facts.error_type is None and exception_type is not None:
         facts.error_type = exception_type
     if facts.error_type is not None:
         facts.failed = True
+    # The order fields were found in is the span's; report refused counts in field order.
+    facts.bad_counts.sort(key=lambda bad: _TOKEN_FIELDS.index(bad[0]))
     return facts
 
 
@@ -296,3 +325,4 @@ def _registry() -> tuple[Convention, ...]:
 
 
 CONVENTIONS: tuple[Convention, ...] = _registry()
+_INDEX = _index(CONVENTIONS)
