@@ -41,13 +41,6 @@ class FlowCreateSerializer(StrictSerializer):
     )
     session_id = StrictCharField(max_length=100, required=False, allow_blank=True)
     agent = label_field(required=False, allow_blank=True)
-    user_id = StrictCharField(
-        max_length=200,
-        required=False,
-        allow_blank=True,
-        write_only=True,
-        help_text="The end user the agent served: stored only as a keyed pseudonym (`user_ref`), never in clear.",
-    )
     patient_id = StrictUUIDField(required=False, allow_null=True, help_text="Opaque patient id.")
     dispatched_from_backlog = StrictBooleanField(
         required=False,
