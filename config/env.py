@@ -7,6 +7,7 @@ A secret may also be given as ``<NAME>_FILE`` pointing at a file that holds it.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 from collections.abc import Sequence
@@ -93,3 +94,21 @@ def env_choice(name: str, choices: Sequence[str], default: str) -> str:
     if value not in choices:
         raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}; got {raw!r}")
     return value
+
+
+def env_networks(name: str) -> list[str]:
+    """A comma-separated list of IP addresses and networks (``10.0.0.5, 10.1.0.0/16``), each
+    normalised (``10.0.0.5/32``); empty when unset. ``*`` is refused: trusting every peer
+    would let any client name its own address."""
+    raw = os.environ.get(name, "")
+    networks = []
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        if item == "*":
+            raise ImproperlyConfigured(f"{name}: '*' would trust every client; name the proxies' addresses")
+        try:
+            networks.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not an IP address or network") from exc
+    return networks

@@ -23,11 +23,17 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn_worker import UvicornWorker
 
+from config.env import env_networks
 from config.process import die_with_parent
 
 APP = "config.asgi:application"
 HEADER_TIMEOUT_S = float(os.environ.get("WEB_HEADER_TIMEOUT", "10"))
 MAX_HEADER_BYTES = 64 * 1024
+
+# The proxies whose X-Forwarded-For names the client (TRUSTED_PROXIES, comma-separated addresses
+# and networks; none by default). uvicorn-worker would otherwise pass gunicorn's default,
+# 127.0.0.1, and believe any local client's header (config/settings.py reads the same variable).
+TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
 
 # gunicorn settings (module-level names gunicorn knows; the command line may override them).
 worker_class = "config.gunicorn.Worker"
@@ -129,4 +135,7 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no ty
         "http": GuardedHttpToolsProtocol,
         "ws": "none",
         "lifespan": "off",
+        # Proxy headers only from TRUSTED_PROXIES: with none, X-Forwarded-For is never read.
+        "proxy_headers": bool(TRUSTED_PROXIES),
+        "forwarded_allow_ips": ",".join(TRUSTED_PROXIES),
     }

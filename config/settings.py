@@ -17,7 +17,7 @@ import django_stubs_ext
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from config.env import env_bool, env_choice, env_float, env_int, env_list, env_networks, env_str
 from config.process import die_with_parent
 from core.throttling import Rate, parse_rate
 
@@ -292,8 +292,11 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own, not the
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = False  # a success does not wipe the failures counted from other clients
 AXES_LOCKOUT_CALLABLE = "core.auth_events.lockout_response"
-# gunicorn listens on loopback with no proxy in front (scripts/run.py): the client is the
-# socket's peer (REMOTE_ADDR). X-Forwarded-For is never read.
+# The client is REMOTE_ADDR: the socket's peer, unless that peer is one of TRUSTED_PROXIES
+# (addresses or networks; empty by default, as for make run and the tests), whose
+# X-Forwarded-For the web server (config/gunicorn.py) reads from the right, skipping trusted
+# hops. No other peer's X-Forwarded-For or Forwarded header is ever read.
+TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
 AXES_CLIENT_IP_CALLABLE = "core.auth_events.client_address"
 # Successes and logouts are in the audit trail; axes' own log of them would keep usernames forever.
 AXES_DISABLE_ACCESS_LOG = True

@@ -85,8 +85,9 @@ class LockoutBackend(AxesStandaloneBackend):  # type: ignore[misc]  # axes ships
 
 
 def client_address(request: HttpRequest) -> str | None:
-    """The client's address: the socket's peer. gunicorn serves on loopback with no proxy in
-    front (scripts/run.py), so ``X-Forwarded-For`` is anyone's to write and is never read."""
+    """The client's address as the web server determined it: the socket's peer, or, when that
+    peer is one of ``TRUSTED_PROXIES``, the nearest untrusted hop of its ``X-Forwarded-For``
+    (``config/gunicorn.py``). A header from any other peer is never read."""
     address = request.META.get("REMOTE_ADDR")
     return str(address) if address else None
 
