@@ -374,9 +374,11 @@ class OtlpTracesView(ApiView):
             return _otlp_answer(Status(code=3, message=str(exc)), encoding, status.HTTP_400_BAD_REQUEST)
         spans, problems = otlp.map_request(decoded, message_content=settings.OTLP_MESSAGE_CONTENT)
         outcome = traces.record_spans(spans, actor=actor_for(request), opener_only=changes_only_own_flows(request))
-        rejected = [*(problem for problem in problems if not problem.stored), *outcome.rejected]
-        # Warnings name values refused from spans that were stored (a token count out of range).
-        refused = [problem for problem in problems if problem.stored]
+        everything = [*problems, *outcome.rejected]
+        rejected = [problem for problem in everything if not problem.stored]
+        # Warnings: a value refused from a span that was stored (a token count out of range), another
+        # writer's pending span left out of a flow of this caller's.
+        refused = [problem for problem in everything if problem.stored]
         answer = ExportTraceServiceResponse()
         messages = []
         if rejected:
@@ -384,8 +386,8 @@ class OtlpTracesView(ApiView):
             messages.append(f"{len(rejected)} {noun} rejected: {_listed(rejected)}")
             answer.partial_success.rejected_spans = len(rejected)
         if refused:
-            noun = "value" if len(refused) == 1 else "values"
-            messages.append(f"{len(refused)} {noun} refused (the spans were stored): {_listed(refused)}")
+            noun = "warning" if len(refused) == 1 else "warnings"
+            messages.append(f"{len(refused)} {noun}: {_listed(refused)}")
         if messages:
             answer.partial_success.error_message = "; ".join(messages)
         return _otlp_answer(answer, encoding, status.HTTP_200_OK)

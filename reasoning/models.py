@@ -332,6 +332,9 @@ class PendingSpan(models.Model):
     # The mapped span (reasoning.otlp.MappedSpan as JSON) and who sent it.
     mapped = EncryptedTextField()
     actor = models.CharField(max_length=200)
+    # The sender may change only the flows it opened (it held no reasoning.admin): the span is
+    # placed only into a flow of ``actor`` (docs/ingest.md, "Who may change a flow").
+    opener_only = models.BooleanField(default=True, db_default=True)
     received_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -179,6 +179,7 @@ class _Anchor:
     step_id: uuid.UUID | None
     in_agent: bool
     agent: str | None
+    owner: str = ""  # the flow's opened_by, for a stored flow
 
 
 @dataclass
@@ -221,6 +222,8 @@ def _record(
     stored = _stored(wanted_parents | set(incoming))
 
     placed = _place(universe, stored)
+    warnings = _withhold_foreign(placed, stored, incoming, pending, actor)
+    foreign = _foreign_replays(incoming, stored, actor, opener_only)
 
     items, spans_of_item = _items(placed, stored, incoming, universe, checked)
     # What this transaction already found not stored: the flows the request's spans open and
@@ -243,8 +246,11 @@ def _record(
             continue
         accepted += len(fresh)
         released.extend(pending[key].id for key, _ in item_spans if key in pending)
-    # Replays of spans already stored as steps or flows count as accepted.
-    accepted += sum(1 for key in incoming if key in stored)
+    # Replays of spans already stored as steps or flows count as accepted; another writer's
+    # spans re-sent are rejected, as its ids are in use.
+    accepted += sum(1 for key in incoming if key in stored and key not in foreign)
+    rejected.extend(foreign.values())
+    rejected.extend(warnings)
     if released:
         PendingSpan.objects.filter(pk__in=released).delete()
     to_park = [
@@ -262,11 +268,69 @@ def _record(
                     parent_span_id=span.parent_span_id,
                     mapped=_to_json(span),
                     actor=actor,
+                    opener_only=opener_only,
                 )
                 for span in to_park
             ]
         )
     return results, plans, accepted, len(to_park) + parked_again, rejected
+
+
+def _withhold_foreign(
+    placed: dict[Key, _Placed],
+    stored: _Stored,
+    incoming: Mapping[Key, MappedSpan],
+    pending: Mapping[Key, PendingSpan],
+    actor: str,
+) -> list[SpanProblem]:
+    """Take out of ``placed`` the pending spans whose sender may not change the flow they would
+    join (and every span placed below them): they stay pending, and the answer says so (a
+    warning: they are not this request's spans). The request's own spans are the write
+    path's to refuse (``opener_only``: the flow does not exist for them)."""
+    owners = {
+        anchor.flow_id: anchor.owner
+        for anchor in (*stored.flows.values(), *stored.steps.values(), *stored.calls.values())
+    }
+    owners.update({span_uuid(*key): actor for key, span in incoming.items() if span.opens_flow and key not in stored})
+    for key, where in placed.items():
+        if where.as_flow:
+            owners[where.flow_id] = pending[key].actor if key in pending and key not in incoming else actor
+    withheld: set[Key] = set()
+    warnings: list[SpanProblem] = []
+    for key, where in list(placed.items()):  # parents were placed before their children
+        if (key[0], where.span.parent_span_id) in withheld:
+            withheld.add(key)
+        elif key in pending and key not in incoming and not where.as_flow:
+            row = pending[key]
+            if row.opener_only and owners.get(where.flow_id) != row.actor:
+                withheld.add(key)
+                warnings.append(
+                    SpanProblem(
+                        key[0],
+                        key[1],
+                        f"span {key[1]} (pending, sent by another writer) was not placed in flow {where.flow_id}: "
+                        "that writer may not change it",
+                        stored=True,
+                    )
+                )
+        if key in withheld:
+            del placed[key]
+    return warnings
+
+
+def _foreign_replays(
+    incoming: Mapping[Key, MappedSpan], stored: _Stored, actor: str, opener_only: bool
+) -> dict[Key, SpanProblem]:
+    """The request's spans already stored in a flow another writer owns: rejected, as the JSON
+    routes refuse an id another caller holds (docs/ingest.md, "Who may change a flow")."""
+    if not opener_only:
+        return {}
+    foreign = {}
+    for key in incoming:
+        anchor = stored.flows.get(key) or stored.steps.get(key)
+        if anchor is not None and anchor.owner != actor:
+            foreign[key] = SpanProblem(key[0], key[1], f"span {key[1]}: id {span_uuid(*key)} is already in use")
+    return foreign
 
 
 def _place(universe: Mapping[Key, MappedSpan], stored: _Stored) -> dict[Key, _Placed]:
@@ -342,22 +406,22 @@ def _stored(keys: Iterable[Key]) -> _Stored:
         return result
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, NULL::uuid, agent, trigger_type = %s OR parent_span_id <> '' "
+            "SELECT id, NULL::uuid, agent, trigger_type = %s OR parent_span_id <> '', opened_by "
             "FROM reasoning_flow WHERE id = ANY(%s) "
             "UNION ALL SELECT s.id, s.flow_id, s.agent, "
-            "s.kind = %s OR f.trigger_type = %s OR f.parent_span_id <> '' "
+            "s.kind = %s OR f.trigger_type = %s OR f.parent_span_id <> '', f.opened_by "
             "FROM reasoning_step s JOIN reasoning_flow f ON f.id = s.flow_id WHERE s.id = ANY(%s)",
             [AGENT_TRIGGER, list(ids), AGENT, AGENT_TRIGGER, list(ids)],
         )
         rows = cursor.fetchall()
-    for pk, flow_id, agent, in_agent in rows:
+    for pk, flow_id, agent, in_agent, owner in rows:
         key, is_call = ids[pk]
         if flow_id is None:
-            result.flows[key] = _Anchor(pk, None, bool(in_agent), agent or None)
+            result.flows[key] = _Anchor(pk, None, bool(in_agent), agent or None, owner)
         elif is_call:
-            result.calls[key] = _Anchor(flow_id, pk, False, agent or None)
+            result.calls[key] = _Anchor(flow_id, pk, False, agent or None, owner)
         else:
-            result.steps[key] = _Anchor(flow_id, pk, bool(in_agent), agent or None)
+            result.steps[key] = _Anchor(flow_id, pk, bool(in_agent), agent or None, owner)
     return result
 
 
@@ -533,9 +597,12 @@ def _from_json(text: str) -> MappedSpan:
 
 
 def adopt_orphans(*, received_before: datetime, actor: str, limit: int = 1000) -> int:
-    """Spans pending since before ``received_before`` become an aborted flow per trace
-    (``trigger_type`` otlp_trace, ``abort_reason`` timeout), with their parent links where
-    the parents are among them. Returns the number of spans adopted."""
+    """Spans pending since before ``received_before`` become an aborted flow per trace and
+    sender (``trigger_type`` otlp_trace, ``abort_reason`` timeout), with their parent links
+    where the parents are among them. Each flow is written as its sender (``opened_by`` and
+    the audit events name the writer that sent the spans, not the job: ``actor`` is the job's,
+    for its own events), so no writer's spans land in another's flow. Returns the number of
+    spans adopted."""
     with transaction.atomic(durable=True):
         rows = list(
             PendingSpan.objects.filter(received_at__lt=received_before)
@@ -546,13 +613,13 @@ def adopt_orphans(*, received_before: datetime, actor: str, limit: int = 1000) -
             return 0
         traces = sorted({row.trace_id for row in rows})
         rows = list(PendingSpan.objects.filter(trace_id__in=traces).order_by("id").select_for_update())
-        by_trace: dict[str, list[PendingSpan]] = defaultdict(list)
+        groups: dict[tuple[str, str], list[PendingSpan]] = defaultdict(list)
         for row in rows:
-            by_trace[row.trace_id].append(row)
-        items = []
-        for trace_id, trace_rows in by_trace.items():
-            spans = {row.span_id: _from_json(row.mapped) for row in trace_rows}
-            flow_id = span_uuid(trace_id, f"orphans:{trace_rows[0].pk}")
+            groups[(row.trace_id, row.actor)].append(row)
+        by_sender: dict[str, list[tuple[ingest.Item, list[PendingSpan]]]] = defaultdict(list)
+        for (trace_id, sender), group in groups.items():
+            spans = {row.span_id: _from_json(row.mapped) for row in group}
+            flow_id = span_uuid(trace_id, f"orphans:{group[0].pk}")
             members = [
                 (
                     (trace_id, span_id),
@@ -566,23 +633,26 @@ def adopt_orphans(*, received_before: datetime, actor: str, limit: int = 1000) -
                 for span_id, span in spans.items()
             ]
             earliest = min(span.start for span in spans.values())
-            items.append(
-                ingest.Item(
-                    flow_id=flow_id,
-                    create={"trigger_type": ORPHAN_TRIGGER, "trigger_ref": f"trace/{trace_id}", "trace_id": trace_id},
-                    steps=[_step_body(key, where, {}, None) for key, where in _ordered(members)],
-                    close={"flow_state": ReasoningFlow.State.ABORTED, "abort_reason": ORPHAN_ABORT_REASON},
-                    created_at=earliest,
-                    step_where="",
-                )
+            item = ingest.Item(
+                flow_id=flow_id,
+                create={"trigger_type": ORPHAN_TRIGGER, "trigger_ref": f"trace/{trace_id}", "trace_id": trace_id},
+                steps=[_step_body(key, where, {}, None) for key, where in _ordered(members)],
+                close={"flow_state": ReasoningFlow.State.ABORTED, "abort_reason": ORPHAN_ABORT_REASON},
+                created_at=earliest,
+                step_where="",
             )
-        results, plans = ingest.write_in_transaction(items, actor=actor)
-        adopted = [
-            row.pk
-            for result, (_, trace_rows) in zip(results, by_trace.items(), strict=True)
-            if result.error is None
-            for row in trace_rows
-        ]
+            by_sender[sender].append((item, group))
+        adopted: list[int] = []
+        plans: list[ingest.Plan] = []
+        for sender, entries in by_sender.items():
+            results, written = ingest.write_in_transaction([item for item, _ in entries], actor=sender)
+            plans.extend(written)
+            adopted.extend(
+                row.pk
+                for result, (_, group) in zip(results, entries, strict=True)
+                if result.error is None
+                for row in group
+            )
         PendingSpan.objects.filter(pk__in=adopted).delete()
     ingest.count(plans)
     return len(adopted)
