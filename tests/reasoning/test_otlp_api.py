@@ -378,9 +378,7 @@ def test_negative_and_absurd_token_counts_are_refused_for_their_field_and_named(
     assert answer.partial_success.rejected_spans == 0
     message = answer.partial_success.error_message
     assert (
-        "2 warnings" in message
-        and "gen_ai.usage.input_tokens" in message
-        and "gen_ai.usage.output_tokens" in message
+        "2 warnings" in message and "gen_ai.usage.input_tokens" in message and "gen_ai.usage.output_tokens" in message
     )
     (step,) = ReasoningStep.objects.all()
     assert (step.input_tokens, step.output_tokens, step.model) == (None, None, "gpt-4o-2024-08-06")

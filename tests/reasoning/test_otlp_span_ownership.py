@@ -7,6 +7,7 @@ Writers: ``alice`` and ``bob`` (``reasoning.write``), ``supervisor`` (``reasonin
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -68,7 +69,7 @@ def tool(span_id: str = CHILD) -> Span:
     return otlp.child("execute_tool lookup", span_id=span_id, attributes={"gen_ai.operation.name": "execute_tool"})
 
 
-def step_actors(flow_id: object) -> list[str]:
+def step_actors(flow_id: uuid.UUID) -> list[str]:
     ids = [str(pk) for pk in ReasoningStep.objects.filter(flow_id=flow_id).values_list("pk", flat=True)]
     return list(
         AuditEvent.objects.filter(action=Action.STEP_CREATED, target_id__in=ids).values_list("actor", flat=True)
