@@ -106,7 +106,8 @@ Clear, content and reasoning
 Span problems (the span is skipped and reported; the rest of the request is mapped)
   * trace_id not 16 bytes or all zero; span_id not 8 bytes or all zero; parent_span_id
     neither empty nor 8 bytes;
-  * start_time_unix_nano 0, or the span ending before it starts;
+  * start_time_unix_nano 0 or before 2000-01-01 (the earliest time recorded), or the span
+    ending before it starts;
   * more than :data:`MAX_ATTRIBUTES` attributes;
   * a ``reasoning.*`` attribute the mapping uses, of the wrong type (strings must be strings;
     confidence and latency_ms numbers);
@@ -205,6 +206,8 @@ MAX_MODEL = 200
 MAX_TOOL = 200
 MAX_REASONING_CONTENT = 200_000
 MAX_INT = 2_147_483_647
+# reasoning.serializers.EARLIEST_TIME (2000-01-01T00:00:00Z) in Unix nanoseconds.
+EARLIEST_UNIX_NANO = 946_684_800 * 1_000_000_000
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NOT_LABEL = re.compile(r"[^A-Za-z0-9_.:/-]+")
@@ -541,6 +544,8 @@ def _mapped(
     parent_span_id = span.parent_span_id.hex() if any(span.parent_span_id) else ""
     if span.start_time_unix_nano == 0:
         raise _Problem("start_time_unix_nano must be set, got 0")
+    if span.start_time_unix_nano < EARLIEST_UNIX_NANO:
+        raise _Problem("start_time_unix_nano is before 2000-01-01T00:00:00Z, the earliest time recorded")
     if span.end_time_unix_nano < span.start_time_unix_nano:
         raise _Problem("end_time_unix_nano is before start_time_unix_nano")
     if len(span.attributes) > MAX_ATTRIBUTES:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -208,18 +208,24 @@ MAX_INGEST_STEPS = 1000
 
 # How far ahead of the server's clock an agent's clock may run.
 CLOCK_SKEW = timedelta(minutes=5)
+# The earliest time a flow may say it began or ended (and an OTLP span, reasoning.otlp): no agent
+# ran before it, and a year 1 or 1970 is a client's default, not a time.
+EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=UTC)
 
 
-def _not_in_future(value: datetime) -> None:
+def _within_reason(value: datetime) -> None:
     if value > timezone.now() + CLOCK_SKEW:
         raise serializers.ValidationError("Must not be in the future.")
+    if value < EARLIEST_TIME:
+        raise serializers.ValidationError(f"Must not be before {EARLIEST_TIME.isoformat().replace('+00:00', 'Z')}.")
 
 
 class IngestCloseSerializer(FlowCloseSerializer):
     ended_at = serializers.DateTimeField(
         required=False,
-        validators=[_not_in_future],
-        help_text="When the flow ended by the agent's clock (an SDK that batches sends it); default: on arrival.",
+        validators=[_within_reason],
+        help_text="When the flow ended by the agent's clock (an SDK that batches sends it); default: on arrival. "
+        "Not in the future, nor before 2000-01-01.",
     )
 
 
@@ -236,9 +242,9 @@ class IngestItemSerializer(FlowCreateSerializer):
     )
     started_at = serializers.DateTimeField(
         required=False,
-        validators=[_not_in_future],
+        validators=[_within_reason],
         help_text="When the flow began by the agent's clock (an SDK that batches sends it); default: on arrival. "
-        "Only when the item opens the flow.",
+        "Only when the item opens the flow. Not in the future, nor before 2000-01-01.",
     )
     close = IngestCloseSerializer(
         required=False, help_text="Close the flow after its steps (as the PATCH takes it, plus `ended_at`)."

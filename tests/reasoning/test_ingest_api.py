@@ -279,6 +279,30 @@ def test_times_in_the_future_or_out_of_order_are_rejected(
     assert not ReasoningFlow.objects.filter(pk=item["id"]).exists()
 
 
+@pytest.mark.parametrize(
+    ("started", "ended", "field"),
+    [
+        ("0001-01-01T00:00:00Z", None, "flows[0].started_at"),
+        ("1900-06-01T00:00:00Z", None, "flows[0].started_at"),
+        (None, "1970-01-01T00:00:00Z", "flows[0].close.ended_at"),
+    ],
+)
+def test_times_before_2000_are_rejected_naming_the_field(
+    agent: APIClient, started: str | None, ended: str | None, field: str
+) -> None:
+    item = whole_flow()
+    if started is not None:
+        item["started_at"] = started
+    if ended is not None:
+        item["close"]["ended_at"] = ended
+
+    answer = ingest(agent, item).json()
+
+    assert answer["rejected"] == 1
+    assert answer["flows"][0]["errors"][field] == ["Must not be before 2000-01-01T00:00:00Z."]
+    assert not ReasoningFlow.objects.filter(pk=item["id"]).exists()
+
+
 def test_pii_is_split_off_and_usage_is_stored(agent: APIClient) -> None:
     item = whole_flow(0)
     item["steps"] = [

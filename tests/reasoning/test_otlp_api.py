@@ -370,6 +370,15 @@ def test_non_utf8_in_a_string_field_is_a_400_naming_the_problem(agent: APIClient
     assert not ReasoningFlow.objects.exists()
 
 
+def test_a_span_dated_before_2000_is_rejected_naming_the_time(agent: APIClient) -> None:
+    answer = send(agent, chat(), agent_root(start=1, end=2 * otlp.MS))  # 1970: an unset clock
+
+    assert answer.partial_success.rejected_spans == 1
+    assert "start_time_unix_nano is before 2000-01-01T00:00:00Z" in answer.partial_success.error_message
+    # No flow dated 1970; its child waits for a root that can be stored (or the decay job).
+    assert not ReasoningFlow.objects.exists() and PendingSpan.objects.count() == 1
+
+
 def test_negative_and_absurd_token_counts_are_refused_for_their_field_and_named(agent: APIClient) -> None:
     answer = send(
         agent, chat(attributes={"gen_ai.usage.input_tokens": -3, "gen_ai.usage.output_tokens": 10**15}), agent_root()
