@@ -179,9 +179,10 @@ MCP_PATH = "/mcp"
 def build_application(threads: int = THREADS, body_timeout_s: float = BODY_TIMEOUT_S) -> ASGIApp:
     wsgi = WSGIMiddleware(_terminated_input(get_wsgi_application()), workers=threads)
     # Imported once Django is set up (get_wsgi_application): the MCP tools use its models.
+    from core.security import AsgiSecurityHeaders
     from mcp_server.http import McpHttpApp
 
-    mcp = BufferedBody(McpHttpApp(), body_timeout_s)  # type: ignore[arg-type]
+    mcp = AsgiSecurityHeaders(BufferedBody(McpHttpApp(), body_timeout_s))  # type: ignore[arg-type]
     return McpRouter(BufferedBody(wsgi, body_timeout_s), mcp)  # type: ignore[arg-type]
 
 

@@ -21,6 +21,7 @@ The Content-Security-Policy comes from django-csp (``CONTENT_SECURITY_POLICY`` i
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
@@ -53,6 +54,15 @@ PERMISSIONS_POLICY = ", ".join(f"{feature}=()" for feature in DENIED_FEATURES)
 NO_STORE = "no-store"
 
 
+# The headers every answer carries unless it says otherwise (the CSP aside: django-csp's).
+FIXED_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    "Permissions-Policy": PERMISSIONS_POLICY,
+}
+
+
 class SecurityHeadersMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         self.get_response = get_response
@@ -61,10 +71,36 @@ class SecurityHeadersMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         response = self.get_response(request)
         headers = response.headers
-        headers.setdefault("X-Content-Type-Options", "nosniff")
-        headers.setdefault("Referrer-Policy", "same-origin")
-        headers.setdefault("X-Frame-Options", "DENY")
-        headers.setdefault("Permissions-Policy", PERMISSIONS_POLICY)
+        for name, value in FIXED_HEADERS.items():
+            headers.setdefault(name, value)
         if "Cache-Control" not in headers and not request.path.startswith(self.static_prefix):
             headers["Cache-Control"] = NO_STORE
         return response
+
+
+class AsgiSecurityHeaders:
+    """The same headers on the answers of an ASGI app that Django's middleware never sees (the
+    MCP server at ``/mcp``): the fixed ones, the site's Content-Security-Policy and
+    ``Cache-Control: no-store``, each unless the app set it."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        from csp.utils import build_policy  # needs the settings: imported when the app is built
+
+        self.app = app
+        self.headers = [
+            *((name.lower().encode(), value.encode()) for name, value in FIXED_HEADERS.items()),
+            (b"content-security-policy", build_policy().encode()),
+            (b"cache-control", NO_STORE.encode()),
+        ]
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        async def with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                present = {name.lower() for name, _ in message.get("headers", ())}
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", ()), *(h for h in self.headers if h[0] not in present)],
+                }
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

@@ -56,6 +56,13 @@ class McpHttpApp:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
+        if scope.get("method") == "GET":
+            # Stateless, JSON answers: no server-initiated stream to open (the streamable HTTP
+            # transport's answer when a server offers none), rather than one that never ends.
+            await answer_json(
+                send, 405, "GET is not offered: POST JSON-RPC requests", close=False, headers=[(b"allow", b"POST")]
+            )
+            return
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope.get("headers", ())}
         raw = bearer_of(headers)
         if raw is None:

@@ -103,3 +103,33 @@ def test_a_plain_json_rpc_initialize_is_answered_with_json(served: Gunicorn, mak
     answer = served.server.request("POST", "/mcp", body, headers)
     assert answer.status == 200, answer.body
     assert answer.json()["result"]["serverInfo"]["name"] == "reasoning-flow-tracker"
+
+
+SECURITY_HEADERS = {
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+}
+
+
+@pytest.mark.parametrize("token", [True, False], ids=["answered", "refused"])
+def test_mcp_answers_carry_the_security_headers(served: Gunicorn, make_token: Callable[..., str], token: bool) -> None:
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if token:
+        headers["Authorization"] = f"Bearer {make_token('reasoning.read')}"
+    params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "curl", "version": "1"}}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}).encode()
+    answer = served.server.request("POST", "/mcp", body, headers)
+
+    assert answer.status == (200 if token else 401)
+    assert {name: answer.headers.get(name) for name in SECURITY_HEADERS} == SECURITY_HEADERS
+    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
+    assert "camera=()" in answer.headers["permissions-policy"]
+
+
+def test_get_mcp_is_a_405_at_once_not_an_endless_stream(served: Gunicorn, make_token: Callable[..., str]) -> None:
+    headers = {"Authorization": f"Bearer {make_token('reasoning.read')}", "Accept": "text/event-stream"}
+    answer = served.server.request("GET", "/mcp", b"", headers)
+    assert (answer.status, answer.headers["allow"]) == (405, "POST")
+    assert answer.headers["x-content-type-options"] == "nosniff"
