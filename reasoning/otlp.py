@@ -121,7 +121,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import json
 import math
 import re
@@ -140,7 +139,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from core.serializers import FORBIDDEN_TEXT_CATEGORIES
 from reasoning import summary_guard
 from reasoning.recording import conventions
-from reasoning.recording.conventions import CONVENTIONS, traceloop
+from reasoning.recording.conventions import traceloop
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -746,8 +745,8 @@ def _step(
     for name, value in attributes.items():
         if name.startswith("reasoning.") and name.removeprefix("reasoning.") in used:
             continue
-        direction, family = _content(name)
-        if direction is None and kept < MAX_KEPT_ATTRIBUTES and _is_clear(name, value):
+        direction, family = conventions.content_of(name)
+        if direction is None and kept < MAX_KEPT_ATTRIBUTES and conventions.is_clear(name, value):
             inputs[_storable(name)] = _json_value(value)
             kept += 1
             continue
@@ -785,35 +784,6 @@ def _step(
 def _add_pii(pii: list[str], key: str) -> None:
     if key not in pii:
         pii.append(key)
-
-
-@functools.lru_cache(maxsize=8192)
-def _content(name: str) -> tuple[bool | None, str | None]:
-    """(direction, family) of a content attribute: the first convention that knows it as content.
-    Cached: a request's spans repeat the same names."""
-    for convention in CONVENTIONS:
-        direction = convention.direction(name)
-        if direction is not None:
-            return direction, convention.family(name)
-    return None, None
-
-
-@functools.lru_cache(maxsize=8192)
-def _clear_rule(name: str) -> str:
-    """How ``name`` may be kept in clear: "exact" (a listed name), "number" (under a count
-    prefix) or "" (never). Cached like :func:`_content`."""
-    if any(name in convention.clear for convention in CONVENTIONS):
-        return "exact"
-    if any(name.startswith(convention.clear_prefixes) for convention in CONVENTIONS if convention.clear_prefixes):
-        return "number"
-    return ""
-
-
-def _is_clear(name: str, value: AnyValue) -> bool:
-    rule = _clear_rule(name)
-    if rule == "exact":
-        return conventions.clear_value(value)
-    return rule == "number" and value.WhichOneof("value") in ("int_value", "double_value")
 
 
 def _reasoning_attributes(attributes: dict[str, AnyValue], wanted: dict[str, tuple[str, ...]]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ the step's encrypted ``otlp.attributes`` whole.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -87,13 +88,6 @@ class Convention:
             if known.endswith(".") and name.startswith(known):
                 return known[:-1]
         return None
-
-    def is_clear(self, name: str, value: AnyValue) -> bool:
-        """Whether ``name`` may be kept in clear with this ``value``: a listed name with a value of
-        the allowed shape, or a name under a listed prefix with a number (counts and costs)."""
-        if name in self.clear:
-            return clear_value(value)
-        return name.startswith(self.clear_prefixes) and value.WhichOneof("value") in ("int_value", "double_value")
 
 
 @dataclass
@@ -287,6 +281,37 @@ def read(attributes: Mapping[str, AnyValue], *, status_error: bool, exception_ty
     # The order fields were found in is the span's; report refused counts in field order.
     facts.bad_counts.sort(key=lambda bad: _TOKEN_FIELDS.index(bad[0]))
     return facts
+
+
+@functools.lru_cache(maxsize=8192)
+def content_of(name: str) -> tuple[bool | None, str | None]:
+    """(direction, family) of a content attribute: the first convention that knows it as content
+    (True: an output); (None, None) for any other name. Cached: a request's spans repeat names."""
+    for convention in CONVENTIONS:
+        direction = convention.direction(name)
+        if direction is not None:
+            return direction, convention.family(name)
+    return None, None
+
+
+@functools.lru_cache(maxsize=8192)
+def _clear_rule(name: str) -> str:
+    """How ``name`` may be kept in clear: "exact" (a listed name), "number" (under a count
+    prefix) or "" (never). Cached like :func:`content_of`."""
+    if any(name in convention.clear for convention in CONVENTIONS):
+        return "exact"
+    if any(name.startswith(convention.clear_prefixes) for convention in CONVENTIONS if convention.clear_prefixes):
+        return "number"
+    return ""
+
+
+def is_clear(name: str, value: AnyValue) -> bool:
+    """Whether an attribute may be kept in clear: a listed name with a value of the allowed shape
+    (:func:`clear_value`), or a name under a listed prefix with a number (counts and costs)."""
+    rule = _clear_rule(name)
+    if rule == "exact":
+        return clear_value(value)
+    return rule == "number" and value.WhichOneof("value") in ("int_value", "double_value")
 
 
 _ONE_LINE = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")

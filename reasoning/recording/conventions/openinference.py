@@ -80,7 +80,7 @@ CONVENTION = Convention(
             RerankerAttributes.RERANKER_TOP_K,
         }
     ),
-    # Token counts and costs: numbers only (clear_value refuses anything else).
+    # Token counts and costs: numbers only (is_clear refuses anything else under a prefix).
     clear_prefixes=("llm.token_count.", "llm.cost."),
     inputs=(
         S.INPUT_VALUE,

@@ -17,7 +17,6 @@ Pydantic AI ``Agent`` (OpenAI chat-completions model on the fake server) with on
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 # Logfire adds its own OTLP exporter when this is set: drop it so each span is exported once, by ours.
@@ -28,6 +27,7 @@ import capture_client
 import logfire
 import markers
 import openai
+import openai_scenarios
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from pydantic_ai import Agent
@@ -44,16 +44,6 @@ logfire.configure(
 client = openai.OpenAI(base_url=capture_client.OPENAI_URL, api_key="sk-interop-fake", max_retries=0)
 logfire.instrument_openai(client)
 logfire.instrument_pydantic_ai()
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "lookup_guideline",
-            "description": "Look up a guideline",
-            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
-        },
-    }
-]
 
 agent = Agent(
     OpenAIChatModel(
@@ -70,44 +60,9 @@ def lookup_guideline(query: str) -> str:
     return f"{markers.TOOL_RESULT}: guideline for {query}"
 
 
-def flushed(name: str) -> None:
-    logfire.force_flush()
-    capture_client.scenario(name)
-
-
-flushed("chat")
-client.chat.completions.create(
-    model=markers.MODEL,
-    messages=[{"role": "system", "content": markers.SYSTEM}, {"role": "user", "content": markers.PROMPT}],
-)
-flushed("tool-call")
-first = client.chat.completions.create(
-    model=markers.MODEL, messages=[{"role": "user", "content": markers.PROMPT}], tools=TOOLS
-)
-call = first.choices[0].message.tool_calls[0]
-client.chat.completions.create(
-    model=markers.MODEL,
-    messages=[
-        {"role": "user", "content": markers.PROMPT},
-        {"role": "assistant", "tool_calls": [call.model_dump()]},
-        {"role": "tool", "tool_call_id": call.id, "content": markers.TOOL_RESULT},
-    ],
-    tools=TOOLS,
-)
-flushed("stream")
-for _ in client.chat.completions.create(
-    model=markers.MODEL,
-    messages=[{"role": "user", "content": markers.PROMPT}],
-    stream=True,
-    stream_options={"include_usage": True},
-):
-    pass
-flushed("error")
-with contextlib.suppress(openai.InternalServerError):
-    client.chat.completions.create(model=markers.MODEL, messages=[{"role": "user", "content": markers.FAIL}])
-flushed("embeddings")
-client.embeddings.create(model="text-embedding-3-small", input=[markers.EMBEDDED])
-flushed("agent")
+openai_scenarios.run(client, logfire.force_flush)
+logfire.force_flush()
+capture_client.scenario("agent")
 agent.run_sync(markers.PROMPT)
 logfire.force_flush()
 logfire.shutdown()
