@@ -52,6 +52,7 @@ def _markers() -> Any:
 markers = _markers()
 # The end user the capture scripts name (user.id, langfuse's, traceloop's, the Vercel AI SDK's metadata).
 USER_ID = "interop-user-1"
+SESSION_ID = "interop-session-1"
 
 
 def replay(client: APIClient, library: str) -> dict[str, set[str]]:
@@ -88,7 +89,9 @@ def digest(traces: dict[str, set[str]]) -> dict[str, list[dict[str, Any]]]:
                 "agent": flow.agent,
                 "state": flow.flow_state,
                 "abort_reason": flow.abort_reason,
-                "session_id": flow.session_id,
+                # The scenarios' own session id, or that the library made one up per run (Pydantic
+                # AI's conversation id): a fresh one on every capture is no change of mapping.
+                "session_id": flow.session_id if flow.session_id in ("", SESSION_ID) else "(generated)",
                 "user": bool(flow.user_ref),
                 "nested": bool(flow.parent_span_id),
                 "steps": [
