@@ -34,6 +34,9 @@ class Action(StrEnum):
     # Pathway library
     PATHWAY_EXTRACTED = "reasoning.pathway.extracted"
     PATHWAY_SKIPPED = "reasoning.pathway.skipped"
+    # Extraction still failed after its last attempt (reasoning.close_work): receiver, attempts,
+    # error_type (the exception's type only)
+    PATHWAY_FAILED = "reasoning.pathway.failed"
     PATHWAY_MATCH_REQUESTED = "reasoning.pathway.match_requested"
     PATHWAY_MATCHED = "reasoning.pathway.matched"
     PATHWAY_DEMOTED = "reasoning.pathway.demoted"
@@ -65,6 +68,10 @@ class Action(StrEnum):
     ADMIN_RESEARCH_BACKLOG_READ = "admin.reasoning.research.backlog_read"
     ADMIN_RESEARCH_BACKLOG_READ_PROXY = "admin.reasoning.research.backlog_read.proxy"
     CLAIM_REVIEW_MARKED = "reasoning.claims_pending_review.marked"
+    # A backlog producer owed work for a closed flow and found nothing to do (disqualifier: why,
+    # e.g. no_usable_claim_id), or still failed after its last attempt (as PATHWAY_FAILED)
+    BACKLOG_PRODUCER_SKIPPED = "reasoning.research.producer_skipped"
+    BACKLOG_PRODUCER_FAILED = "reasoning.research.producer_failed"
     CLAIM_REVIEW_RESOLVED = "reasoning.claims_pending_review.resolved"
     ADMIN_CLAIM_REVIEW_LISTED = "admin.reasoning.claims_pending_review.listed"
     JOB_BACKLOG_STALE_SWEEP_STARTED = "memory.job.backlog_stale_sweep.started"
@@ -117,6 +124,12 @@ class Action(StrEnum):
     JOB_FLOW_DECAY_STARTED = "memory.job.reasoning_flow_decay.started"
     JOB_FLOW_DECAY_COMPLETED = "memory.job.reasoning_flow_decay.completed"
     JOB_FLOW_DECAY_ERROR = "memory.job.reasoning_flow_decay.error"
+    # Work owed after closes (reasoning.close_work): a run that found some due; and an operator
+    # owing failed work again (payload: requeued, receiver)
+    JOB_CLOSE_WORK_STARTED = "memory.job.close_work.started"
+    JOB_CLOSE_WORK_COMPLETED = "memory.job.close_work.completed"
+    JOB_CLOSE_WORK_ERROR = "memory.job.close_work.error"
+    CLOSE_WORK_REQUEUED = "reasoning.close_work.requeued"
 
     # Monthly partitions (core.partitions): one event per partition made (target: its table name)
     PARTITION_CREATED = "database.partition.created"

@@ -244,14 +244,22 @@ def chain_lag_seconds(now: datetime | None = None) -> float:
     One query on two primary keys: the queue's first row and its event.
     """
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT extract(epoch FROM e.created_at)::float8 FROM audit_pending p"
-            " JOIN audit_event e ON e.id = p.event_id ORDER BY p.event_id LIMIT 1"
-        )
+        cursor.execute(OLDEST_QUEUED_EPOCH_SQL)
         row = cursor.fetchone()
-    if row is None:
-        return 0.0
-    return _age(float(row[0]), now)
+    return lag_of(None if row is None else row[0], now)
+
+
+# The time (epoch seconds) of the oldest event waiting for the chainer, no row when none waits;
+# usable as a scalar subquery (audit.health reads it with other figures in one statement).
+OLDEST_QUEUED_EPOCH_SQL = (
+    "SELECT extract(epoch FROM e.created_at)::float8 FROM audit_pending p"
+    " JOIN audit_event e ON e.id = p.event_id ORDER BY p.event_id LIMIT 1"
+)
+
+
+def lag_of(epoch: float | None, now: datetime | None = None) -> float:
+    """The chain's lag given the oldest queued event's time (None: nothing queued, 0.0)."""
+    return 0.0 if epoch is None else _age(float(epoch), now)
 
 
 def _age(epoch: float, now: datetime | None) -> float:

@@ -1,18 +1,19 @@
-"""``GET /healthz``: is the service up and is the audit chain keeping up?
+"""``GET /healthz``: is the service up, is the audit chain keeping up, is the work owed after
+closes being done?
 
-No authentication, no details: a load balancer or uptime probe gets ``ok`` or
-``degraded`` and the chain's lag in seconds, nothing about the trail's content.
+No authentication, no details: a load balancer or uptime probe gets ``ok`` or ``degraded``,
+the chain's lag in seconds, the age of the oldest work owed after a close (``null`` when none
+is owed) and how many pieces of that work failed for good; nothing about any content.
 """
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from audit.chain import chain_lag_seconds
+from audit.health import health
 from core import outage
 
 
@@ -20,15 +21,22 @@ from core import outage
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     try:
-        lag: float | None = round(chain_lag_seconds(), 3)
+        found = health()
     except DatabaseError as exc:
         if outage.is_database_unavailable(exc):
             # An outage: logged once by core.outage, not on every probe.
             outage.note_unavailable(exc)
-            answer = JsonResponse(
-                {"status": "degraded", "audit_chain_lag_s": None}, status=503, headers=outage.retry_after_headers()
-            )
+            answer = JsonResponse({"status": "degraded", **_UNKNOWN}, status=503, headers=outage.retry_after_headers())
             return outage.mark_logged(answer)
-        lag = None
-    ok = lag is not None and lag <= settings.AUDIT_CHAIN_MAX_LAG_S
-    return JsonResponse({"status": "ok" if ok else "degraded", "audit_chain_lag_s": lag}, status=200 if ok else 503)
+        return JsonResponse({"status": "degraded", **_UNKNOWN}, status=503)
+    owed = found.close_work
+    body = {
+        "status": "ok" if found.ok else "degraded",
+        "audit_chain_lag_s": round(found.chain_lag_s, 3),
+        "close_work_oldest_s": None if owed.oldest_owed_s is None else round(owed.oldest_owed_s, 3),
+        "close_work_failed": owed.failed,
+    }
+    return JsonResponse(body, status=200 if found.ok else 503)
+
+
+_UNKNOWN = {"audit_chain_lag_s": None, "close_work_oldest_s": None, "close_work_failed": None}

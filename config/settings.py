@@ -481,6 +481,11 @@ AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 0, minimum=0) or None
 # /healthz says "degraded" and operator pages show a banner (the chainer is down or behind).
 AUDIT_CHAIN_MAX_LAG_S = env_float("AUDIT_CHAIN_MAX_LAG_S", 60.0, minimum=1.0)
 
+# Work a close owes other apps (pathway extraction, backlog producers: reasoning.close_work) that
+# is still not done this many seconds after the close makes /healthz "degraded" and shows an
+# operator banner: the job worker is not running, or a receiver keeps failing.
+CLOSE_WORK_MAX_AGE_S = env_float("CLOSE_WORK_MAX_AGE_S", 300.0, minimum=60.0)
+
 # Signed checkpoints of the audit log's Merkle tree (docs/audit-log.md, "Checkpoints").
 # AUDIT_LOG_ORIGIN names the log (a schema-less URL: no spaces); AUDIT_LOG_SIGNING_KEY (or
 # AUDIT_LOG_SIGNING_KEY_FILE) is the Ed25519 signing key as a C2SP note key

@@ -7,18 +7,29 @@ class PathwaysConfig(AppConfig):
     name = "pathways"
 
     def ready(self) -> None:
+        from audit.actions import Action
         from core.panels import register_panel
         from pathways.console import CONSOLE_PAGE, console_panels
         from pathways.matcher import active_client
         from pathways.radar import library_facts
-        from pathways.services import extract_after_close, skip_events
+        from pathways.services import EXTRACTOR_ACTOR, owes_extraction, perform_extraction, skip_events
         from reasoning.radar import register_library_facts
-        from reasoning.signals import flows_closed, register_close_events
+        from reasoning.signals import CloseReceiver, register_close_events, register_close_receiver
 
         # Fail fast: an unknown PATHWAY_EMBEDDING_MODEL or a missing vendor key stops start-up.
         active_client()
-        # Extraction runs after every flow close commits (reasoning never imports pathways).
-        flows_closed.connect(extract_after_close, dispatch_uid="pathways.extract_after_close")
+        # A qualifying close owes an extraction, recorded with the close and done after its
+        # commit, retried until done (reasoning.close_work; reasoning never imports pathways).
+        register_close_receiver(
+            CloseReceiver(
+                key="pathways.extract",
+                actor=EXTRACTOR_ACTOR,
+                owes=owes_extraction,
+                perform=perform_extraction,
+                skipped_action=Action.PATHWAY_SKIPPED,
+                failed_action=Action.PATHWAY_FAILED,
+            )
+        )
         # ... and the flows that cannot seed one are audited as skipped in the close itself.
         register_close_events("pathways.skips", skip_events)
         # Flow radars read the trigger family's maturity from the library.

@@ -14,14 +14,12 @@ from django.utils import timezone
 
 from audit.actions import Action
 from audit.services import Event, record
-from core.bulk import fetch
 from core.errors import Conflict, NotFound
 from pathways.matcher import Candidate, active_client, check_query, match
 from pathways.models import Pathway, PathwayHit
 from pathways.radar import candidate_radars
 from pathways.stats import LibraryOverview, PathwayStats, library_overview, pathway_stats
 from reasoning.models import ReasoningFlow, ReasoningStep
-from reasoning.signals import ClosedFlow
 
 logger = logging.getLogger(__name__)
 
@@ -95,23 +93,17 @@ def skip_events(flows: Sequence[ReasoningFlow]) -> list[Event]:
     ]
 
 
-def extract_pathways(flows: Sequence[ReasoningFlow], *, actor: str = EXTRACTOR_ACTOR) -> None:
-    """``extract_pathway`` for each closed flow that qualifies (the rare case; the close
-    audited the skips of the others, see ``skip_events``)."""
-    for flow in flows:
-        if disqualifier(flow) is None:
-            extract_pathway(flow.pk, actor=actor)
+def owes_extraction(flow: ReasoningFlow) -> bool:
+    """Close receiver ``pathways.extract``: a qualifying flow owes an extraction (the close
+    itself audited the skips of the others, see ``skip_events``)."""
+    return disqualifier(flow) is None
 
 
-def extract_after_close(sender: Any, *, flows: Sequence[ClosedFlow], **kwargs: Any) -> None:
-    """``flows_closed`` receiver: runs after the close committed; never fails the close."""
-    try:
-        loaded = {flow.pk: flow for flow in fetch(ReasoningFlow, [c.flow_id for c in flows if c.flow is None])}
-        extract_pathways(
-            [c.flow if c.flow is not None else loaded[c.flow_id] for c in flows if c.flow or c.flow_id in loaded]
-        )
-    except Exception:
-        logger.exception("pathway extraction failed for flows %s", ", ".join(str(flow.flow_id) for flow in flows))
+def perform_extraction(flow: ReasoningFlow) -> str | None:
+    """Close receiver ``pathways.extract``: extract, in the outbox's transaction; the extraction
+    audits itself (extracted, or skipped with the disqualifier)."""
+    extract_pathway(flow.pk)
+    return None
 
 
 # How long the operator who reused a pathway from the console may take the reuse back.

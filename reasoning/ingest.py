@@ -11,7 +11,8 @@ to the database together, in one transaction and a fixed number of statements wh
 the number of items and steps (``INSERT … SELECT FROM unnest`` for flows, steps and
 audit events, ``UPDATE … FROM unnest`` for stored flows: ``core.bulk``), and the close of every closing
 flow (outcome confidence, summary guard, radar snapshot) is computed for all of them at
-once. After commit, ``flows_closed`` is sent once, with every flow that closed.
+once. The work the closes owe other apps (pathway extraction, backlog producers) is recorded
+in the same transaction and done after the commit (``reasoning.close_work``).
 
 Retries are safe with client-chosen ids: an item whose flow, steps and close are all
 stored exactly as sent is ``replayed``; a different body under a stored id is a conflict.
@@ -37,10 +38,10 @@ from audit.services import Event, payload_float, record_many
 from core.bulk import bound_cursor, fetch, insert_rows
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
 from patients.models import Patient
-from reasoning import metrics
+from reasoning import close_work, metrics
 from reasoning.models import ReasoningFlow, ReasoningStep
 from reasoning.radar import StepFacts, radars_of
-from reasoning.signals import ClosedFlow, close_events_of, flows_closed
+from reasoning.signals import close_events_of
 from reasoning.summary_guard import check_all
 
 logger = logging.getLogger(__name__)
@@ -207,6 +208,8 @@ def write_in_transaction(
     _insert(plans, now)
     closing = [plan.flow for plan in plans if plan.closing]
     record_many([*_events(plans, actor), *close_events_of(closing)])
+    # The work the closes owe their receivers, committed with them (the outbox).
+    owed = close_work.owe(closing, now) if closing else []
 
     accepted = iter(plans)
     for index, result in enumerate(results):
@@ -221,9 +224,8 @@ def write_in_transaction(
             opened=plan.new_flow,
             closed=plan.closing,
         )
-    closed = [ClosedFlow(plan.flow.pk, plan.flow.flow_state, plan.flow) for plan in plans if plan.closing]
-    if closed:
-        transaction.on_commit(lambda: announce(closed))
+    if owed:
+        transaction.on_commit(lambda: close_work.perform_after_close(owed))
     return results, plans
 
 
@@ -636,11 +638,3 @@ def count(plans: Sequence[Plan]) -> None:
                 step_count=flow.step_count,
                 latency_ms=max(((flow.closed_at or timezone.now()) - flow.created_at).total_seconds() * 1000.0, 0.0),
             )
-
-
-def announce(closed: Sequence[ClosedFlow]) -> None:
-    """Send ``flows_closed``; a failing receiver is logged, never raised into the close."""
-    for receiver, result in flows_closed.send_robust(sender=ReasoningFlow, flows=list(closed)):
-        if isinstance(result, Exception):
-            flow_ids = ", ".join(str(flow.flow_id) for flow in closed)
-            logger.error("flows_closed receiver %s failed for flows %s: %s", receiver, flow_ids, type(result).__name__)

@@ -31,6 +31,8 @@ FLOW_DECAY_ACTOR = "system:reasoning_flow_decay"
 RETENTION_ACTOR = "system:reasoning_content_retention"
 
 SCHEDULES = [
+    # Work owed after closes (pathway extraction, backlog producers) that is still not done.
+    {"name": "reasoning.close_work", "func": "reasoning.close_work.perform_due", "schedule_type": "I", "minutes": 1},
     {"name": "reasoning.flow_decay", "func": "reasoning.jobs.decay_stale_flows", "schedule_type": "H"},
     {
         "name": "reasoning.content_retention",

@@ -351,6 +351,42 @@ class PendingSpan(models.Model):
         return f"pending span {self.span_id} of trace {self.trace_id}"
 
 
+class CloseWork(models.Model):
+    """Work owed to a receiver of a flow's close (pathway extraction, the backlog producers):
+    the transactional outbox of ``reasoning.close_work``.
+
+    The close writes one row per (receiver, flow) that owes work, in its own transaction, so
+    the work is owed exactly when the close committed. The row is deleted in the transaction
+    that does the work (and records its audit event), so the work is done once. A failed
+    attempt moves ``next_attempt_at`` (back-off); after the last attempt ``failed_at`` is set.
+    ``last_error`` is an exception's type, never its message (which may quote content).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    receiver = models.CharField(max_length=64)
+    flow = models.ForeignKey(ReasoningFlow, on_delete=models.CASCADE, related_name="+", db_index=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.CharField(max_length=100, blank=True, default="")
+    failed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "reasoning_close_work"
+        constraints = [
+            models.UniqueConstraint(fields=["flow", "receiver"], name="reasoning_closework_flow_receiver"),
+        ]
+        indexes = [
+            # The job: owed work that is due, soonest first.
+            models.Index(
+                fields=["next_attempt_at"], name="reasoning_closework_due", condition=Q(failed_at__isnull=True)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.receiver} owed for flow {self.flow_id}"
+
+
 class EvaluationRun(models.Model):
     """A recorded run of a regression gate (``reasoning_signature_check`` or ``reasoning_replay``
     with ``--record``), for the evaluation page. Labels and ids only: no summaries."""

@@ -1,10 +1,12 @@
-"""Signals other apps subscribe to, so ``reasoning`` never imports them.
+"""What other apps hook onto a flow's close, so ``reasoning`` never imports them.
 
-``flows_closed`` is sent once per request, after the closing transaction commits, with
-``flows``: a list of ``ClosedFlow`` (every flow that request closed, with the flow as
-committed; one for the close route, up to a hundred for the bulk ingest route), so
-receivers can do their work for all of them together, without reading them again.
-Receivers must not raise into the close: the sender logs and swallows.
+``register_close_receiver`` is for work that follows a close and may fail (it reads, writes,
+or calls out): pathway extraction, the backlog producers. A receiver says, from the flow as
+the close computed it, whether the flow owes it work (``owes``: pure, no query); the close
+records that debt in its own transaction (``reasoning.close_work``, a transactional outbox),
+and the work is done after the commit, then by the job worker with retries until it is done,
+skipped with a reason, or failed after the last attempt. Nothing acknowledged is lost: a
+close that committed owes its work even when the database goes away the next instant.
 
 ``register_close_events`` is the in-transaction counterpart, for audit events that follow
 from the close alone (nothing to read, nothing that can fail): the write path asks every
@@ -16,25 +18,52 @@ transaction per close for that one event would cost more than the close.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
-
-from django.dispatch import Signal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from audit.actions import Action
     from audit.services import Event
     from reasoning.models import ReasoningFlow
 
 
-class ClosedFlow(NamedTuple):
-    flow_id: uuid.UUID
-    flow_state: str
-    # The flow as the close committed it, so receivers need not read it again.
-    flow: ReasoningFlow | None = None
+@dataclass(frozen=True)
+class CloseReceiver:
+    """Work owed after a close.
+
+    ``key``: the receiver's name in the outbox (``pathways.extract``); keep it stable, owed rows
+    carry it. ``owes(flow)``: whether the flow, as the close computed it, owes this receiver
+    work (pure: the settings and the flow's fields only). ``perform(flow)``: do the work, in
+    the transaction that removes the debt, recording its own audit event; idempotent on the
+    flow; returns None when done, or the reason it had nothing to do (the outbox audits
+    ``skipped_action`` with that reason). An exception is a failed attempt, retried later.
+    ``failed_action``: audited when the last attempt failed. ``actor``: who the outbox's own
+    events (skipped, failed) name.
+    """
+
+    key: str
+    actor: str
+    owes: Callable[[ReasoningFlow], bool]
+    perform: Callable[[ReasoningFlow], str | None]
+    skipped_action: Action
+    failed_action: Action
 
 
-flows_closed = Signal()
+_receivers: dict[str, CloseReceiver] = {}
+
+
+def register_close_receiver(receiver: CloseReceiver) -> None:
+    """Register a receiver (registering the same key again replaces it)."""
+    _receivers[receiver.key] = receiver
+
+
+def unregister_close_receiver(key: str) -> None:
+    _receivers.pop(key, None)
+
+
+def close_receivers() -> dict[str, CloseReceiver]:
+    return dict(_receivers)
 
 
 # Given the flows a request closes (closed fields set, not yet committed), the audit events

@@ -1,7 +1,9 @@
 """Producers: a closing flow whose result was weak or rejected enqueues follow-up work.
 
-Connected to ``reasoning.signals.flow_closed`` (after the close commits). Both flags
-are off by default so each side rolls out on its own:
+A close receiver (``reasoning.signals.register_close_receiver``): a close that calls for
+production owes it in the close's own transaction, and it is done after the commit, retried
+until done (``reasoning.close_work``). Both flags are off by default so each side rolls out on
+its own:
 
 - RESEARCH_AUTO_ENQUEUE_ENABLED: a completed Researcher flow (``agent`` "researcher")
   whose ``outcome_metrics`` report ``evidence_hits == 0`` enqueues with reason
@@ -20,13 +22,11 @@ result of backlog work, and re-enqueueing it would loop forever.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
 
 from reasoning.models import ReasoningFlow
-from reasoning.signals import ClosedFlow
 from research_backlog import services
 from research_backlog.models import ClaimReview, ResearchRequest
 
@@ -116,16 +116,26 @@ def produce(flow: ReasoningFlow) -> str | None:
     return None
 
 
-def produce_after_close(sender: Any, *, flows: Sequence[ClosedFlow], **kwargs: Any) -> None:
-    """``flows_closed`` receiver: the closed flows are read in one query. A failure is
-    logged, never raised into the close."""
-    if not (settings.RESEARCH_AUTO_ENQUEUE_ENABLED or settings.CRITIC_AUTO_ENQUEUE_ENABLED):
-        return
-    missing = [closed.flow_id for closed in flows if closed.flow is None]
-    loaded = list(ReasoningFlow.objects.filter(pk__in=missing)) if missing else []
-    given = [closed.flow for closed in flows if closed.flow is not None]
-    for flow in sorted([*given, *loaded], key=lambda flow: flow.created_at):
-        try:
-            produce(flow)
-        except Exception:
-            logger.exception("backlog producer failed for flow %s", flow.pk)
+def owes(flow: ReasoningFlow) -> bool:
+    """Close receiver ``research_backlog.produce``: whether ``produce`` has something to do for
+    the flow as closed (the settings and the flow's fields only, no query)."""
+    if flow.dispatched_from_backlog or flow.flow_state != ReasoningFlow.State.COMPLETED:
+        return False
+    agent = flow.agent.lower()
+    metrics = flow.outcome_metrics or {}
+    if agent == "researcher":
+        return settings.RESEARCH_AUTO_ENQUEUE_ENABLED and weak_result_reason(metrics) is not None
+    if agent == "critic":
+        return settings.CRITIC_AUTO_ENQUEUE_ENABLED and metrics.get("verdict") == "reject"
+    return False
+
+
+def perform(flow: ReasoningFlow) -> str | None:
+    """Close receiver ``research_backlog.produce``: produce, in the outbox's transaction (the
+    enqueue or mark audits itself); otherwise why nothing was produced (the outbox audits
+    ``reasoning.research.producer_skipped`` with it)."""
+    if produce(flow) is not None:
+        return None
+    if owes(flow):
+        return "no_usable_claim_id"  # the one case where an owed production does nothing
+    return "no_longer_enabled"  # the flag was switched off between the close and now

@@ -160,7 +160,12 @@ def test_an_outage_answers_503_and_is_logged_once_each_way(
         _assert_unavailable_page(server.request("GET", dashboard, headers=page_headers))
         health = server.request("GET", "/healthz")
         assert health.status == 503 and health.headers.get("Retry-After") == RETRY_AFTER
-        assert health.json() == {"status": "degraded", "audit_chain_lag_s": None}
+        assert health.json() == {
+            "status": "degraded",
+            "audit_chain_lag_s": None,
+            "close_work_oldest_s": None,
+            "close_work_failed": None,
+        }
     assert gunicorn.lines(RECOVERY_LINE) == []
 
     test_database.unblock()

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.django_db
 BANNER = "the audit chainer is not running or is behind"
 OPERATOR_PAGE = "/dashboard/admin/reasoning/pathway-library"
 PATIENT_PAGE = "/dashboard/profile"
+# /healthz's close-work fields when no work is owed after closes (tests/reasoning/test_close_work.py).
+NOTHING_OWED = {"close_work_oldest_s": None, "close_work_failed": 0}
 
 
 @pytest.fixture
@@ -46,7 +48,7 @@ def test_healthz_is_ok_without_authentication_when_the_chain_is_current(clock: A
     response = Client().get("/healthz")
 
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "audit_chain_lag_s": 0.0}
+    assert response.json() == {"status": "ok", "audit_chain_lag_s": 0.0, **NOTHING_OWED}
 
 
 def test_healthz_reports_the_lag_while_under_the_threshold(operator_client: Client, clock: Any) -> None:
@@ -55,7 +57,7 @@ def test_healthz_reports_the_lag_while_under_the_threshold(operator_client: Clie
     response = Client().get("/healthz")
 
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "audit_chain_lag_s": 30.0}
+    assert response.json() == {"status": "ok", "audit_chain_lag_s": 30.0, **NOTHING_OWED}
 
 
 def test_healthz_is_degraded_503_when_the_chain_lags(operator_client: Client, clock: Any) -> None:
@@ -64,14 +66,14 @@ def test_healthz_is_degraded_503_when_the_chain_lags(operator_client: Client, cl
     response = Client().get("/healthz")
 
     assert response.status_code == 503
-    assert response.json() == {"status": "degraded", "audit_chain_lag_s": 61.0}
+    assert response.json() == {"status": "degraded", "audit_chain_lag_s": 61.0, **NOTHING_OWED}
 
 
 def test_healthz_is_ok_again_once_the_chainer_catches_up(operator_client: Client, clock: Any) -> None:
     clock.shift(timedelta(seconds=61))
     chain_all()
 
-    assert Client().get("/healthz").json() == {"status": "ok", "audit_chain_lag_s": 0.0}
+    assert Client().get("/healthz").json() == {"status": "ok", "audit_chain_lag_s": 0.0, **NOTHING_OWED}
 
 
 # --- the operator banner ----------------------------------------------------------------

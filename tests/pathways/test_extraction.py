@@ -15,9 +15,10 @@ from audit.models import AuditEvent
 from core.errors import NotFound
 from pathways import services
 from pathways.models import Pathway
-from pathways.services import extract_after_close, extract_pathway
+from pathways.services import extract_pathway
+from reasoning import close_work
+from reasoning.close_work import owed_for
 from reasoning.models import ReasoningFlow
-from reasoning.signals import ClosedFlow
 from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +48,7 @@ def open_flow_with_steps(agent: APIClient, steps: list[dict[str, Any]]) -> str:
 def close(
     agent: APIClient, flow_id: str, capture: DjangoCaptureOnCommitCallbacks, body: dict[str, Any] | None = None
 ) -> None:
-    """PATCH the flow closed and run its after-commit callbacks (the flow_closed signal)."""
+    """PATCH the flow closed and run its after-commit callbacks (the owed work's first attempt)."""
     with capture(execute=True):
         response = agent.patch(f"{FLOWS_URL}/{flow_id}", body or COMPLETE, format="json")
     assert response.status_code == 200, response.content
@@ -240,17 +241,24 @@ def boom(flow_ids: Any, **kwargs: Any) -> None:
     raise RuntimeError("extractor exploded")
 
 
-def test_receiver_swallows_and_logs_an_extraction_failure(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_a_failed_extraction_stays_owed_and_the_job_does_it_once(
+    agent: APIClient,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(services, "extract_pathways", boom)
-    flow_id = uuid.uuid4()
+    flow_id = open_flow_with_steps(agent, [step(0.95)])
+    with monkeypatch.context() as patched:
+        patched.setattr(services, "extract_pathway", boom)
+        close(agent, flow_id, django_capture_on_commit_callbacks)
+    (owed,) = owed_for([uuid.UUID(flow_id)])
+    assert (owed.receiver, owed.attempts, owed.last_error) == ("pathways.extract", 1, "RuntimeError")
 
-    with caplog.at_level(logging.ERROR, logger="pathways.services"):
-        extract_after_close(ReasoningFlow, flows=[ClosedFlow(flow_id, "completed")])
+    close_work.perform_due(owed.next_attempt_at)
+    close_work.perform_due(owed.next_attempt_at)
 
-    messages = [r.getMessage() for r in caplog.records if r.name == "pathways.services"]
-    assert messages == [f"pathway extraction failed for flows {flow_id}"]
+    assert Pathway.objects.filter(seed_flow_id=uuid.UUID(flow_id)).count() == 1
+    assert len(events("reasoning.pathway.extracted")) == 1
+    assert owed_for([uuid.UUID(flow_id)]) == []
 
 
 def test_failed_extraction_does_not_fail_the_close(
@@ -269,14 +277,14 @@ def test_failed_extraction_does_not_fail_the_close(
     assert ReasoningFlow.objects.get(pk=flow_id).flow_state == ReasoningFlow.State.COMPLETED
     assert len(events("reasoning.flow.completed")) == 1
     assert not Pathway.objects.exists()
-    assert any(r.name == "pathways.services" and flow_id in r.getMessage() for r in caplog.records)
+    assert any(r.name == "reasoning.close_work" and flow_id in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_failed_extraction_after_a_real_commit_still_answers_200(
     agent: APIClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Real commits: the after-commit signal runs inside the PATCH request itself.
+    # Real commits: the first attempt runs inside the PATCH request itself, after the commit.
     flow_id = open_flow_with_steps(agent, [step(0.95)])
     monkeypatch.setattr(services, "extract_pathway", boom)
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
-from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +11,6 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow
-from reasoning.signals import flows_closed
 from tests.factories import add_step
 
 pytestmark = pytest.mark.django_db
@@ -185,104 +182,6 @@ def test_close_with_read_only_token_is_403(reader: APIClient, flow: dict[str, An
 
     assert response.status_code == 403
     assert ReasoningFlow.objects.get(pk=flow["id"]).flow_state == ReasoningFlow.State.ACTIVE
-
-
-# --- The after-commit flows_closed signal --------------------------------------------------
-
-
-@pytest.fixture
-def connect_receiver() -> Iterator[Callable[[Callable[..., Any]], None]]:
-    """Connect receivers to ``flows_closed`` for one test; disconnect them afterwards."""
-    connected: list[Callable[..., Any]] = []
-
-    def connect(receiver: Callable[..., Any]) -> None:
-        flows_closed.connect(receiver, weak=False)
-        connected.append(receiver)
-
-    yield connect
-    for receiver in connected:
-        flows_closed.disconnect(receiver)
-
-
-def test_flow_closed_signal_is_sent_only_after_commit(
-    agent: APIClient,
-    flow: dict[str, Any],
-    connect_receiver: Callable[[Callable[..., Any]], None],
-    django_capture_on_commit_callbacks: Any,
-) -> None:
-    calls: list[dict[str, Any]] = []
-    connect_receiver(lambda sender, **kwargs: calls.append(kwargs))
-
-    with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        response = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
-        assert response.status_code == 200
-    assert calls == []  # not yet committed, so nobody heard of it
-
-    for callback in callbacks:
-        callback()
-    assert len(calls) == 1
-    assert [(c.flow_id, c.flow_state) for c in calls[0]["flows"]] == [(uuid.UUID(flow["id"]), "completed")]
-    assert calls[0]["flows"][0].flow.outcome_type == COMPLETE["outcome_type"]  # the flow as committed
-
-
-def test_flow_closed_signal_carries_aborted_state(
-    agent: APIClient,
-    flow: dict[str, Any],
-    connect_receiver: Callable[[Callable[..., Any]], None],
-    django_capture_on_commit_callbacks: Any,
-) -> None:
-    calls: list[dict[str, Any]] = []
-    connect_receiver(lambda sender, **kwargs: calls.append(kwargs))
-
-    with django_capture_on_commit_callbacks(execute=True):
-        agent.patch(flow_url(flow["id"]), ABORT, format="json")
-
-    assert [[(c.flow_id, c.flow_state) for c in call["flows"]] for call in calls] == [
-        [(uuid.UUID(flow["id"]), "aborted")]
-    ]
-
-
-def test_failed_close_sends_no_signal(
-    agent: APIClient,
-    flow: dict[str, Any],
-    connect_receiver: Callable[[Callable[..., Any]], None],
-    django_capture_on_commit_callbacks: Any,
-) -> None:
-    agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
-    calls: list[dict[str, Any]] = []
-    connect_receiver(lambda sender, **kwargs: calls.append(kwargs))
-
-    with django_capture_on_commit_callbacks(execute=True):
-        again = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
-
-    assert again.status_code == 409
-    assert calls == []
-
-
-def test_receiver_that_raises_does_not_fail_the_close(
-    agent: APIClient,
-    flow: dict[str, Any],
-    connect_receiver: Callable[[Callable[..., Any]], None],
-    django_capture_on_commit_callbacks: Any,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    def broken(sender: Any, **kwargs: Any) -> None:
-        raise RuntimeError("pathway extractor exploded")
-
-    calls: list[dict[str, Any]] = []
-    connect_receiver(broken)
-    connect_receiver(lambda sender, **kwargs: calls.append(kwargs))
-
-    with caplog.at_level(logging.ERROR), django_capture_on_commit_callbacks(execute=True):
-        response = agent.patch(flow_url(flow["id"]), COMPLETE, format="json")
-
-    assert response.status_code == 200
-    # The failure is logged for operators, naming the flow.
-    own_records = [r.getMessage() for r in caplog.records if r.name == "reasoning.ingest"]
-    assert any(flow["id"] in message and "RuntimeError" in message for message in own_records)
-    assert ReasoningFlow.objects.get(pk=flow["id"]).flow_state == ReasoningFlow.State.COMPLETED
-    assert len(events("reasoning.flow.completed")) == 1
-    assert len(calls) == 1  # later receivers still run
 
 
 @pytest.mark.parametrize(("confidence", "audited"), [(0.00001, 0.0), (0.00009, 0.0001), (0.72, 0.72)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -18,7 +18,6 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow, ReasoningStep
-from reasoning.signals import ClosedFlow, flows_closed
 from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
@@ -344,31 +343,6 @@ def test_the_guard_runs_at_close_for_every_flow(agent: APIClient) -> None:
     assert ReasoningFlow.objects.get(pk=safe["id"]).patient_safe_summary is True
     flagged = ReasoningFlow.objects.get(pk=unsafe["id"])
     assert flagged.patient_safe_summary is False and flagged.summary_guard_rule
-
-
-@pytest.fixture
-def closed_signals() -> Iterator[list[list[ClosedFlow]]]:
-    calls: list[list[ClosedFlow]] = []
-
-    def receiver(sender: Any, flows: list[ClosedFlow], **kwargs: Any) -> None:
-        calls.append(flows)
-
-    flows_closed.connect(receiver, weak=False)
-    yield calls
-    flows_closed.disconnect(receiver)
-
-
-def test_close_hooks_run_once_for_all_the_flows_of_the_request(
-    agent: APIClient, closed_signals: list[list[ClosedFlow]], django_capture_on_commit_callbacks: Any
-) -> None:
-    items = [whole_flow(1), whole_flow(1), whole_flow(1, close=False)]
-
-    with django_capture_on_commit_callbacks(execute=True):
-        ingest(agent, *items)
-
-    assert [[(c.flow_id, c.flow_state) for c in call] for call in closed_signals] == [
-        [(uuid.UUID(items[0]["id"]), "completed"), (uuid.UUID(items[1]["id"]), "completed")]
-    ]
 
 
 def test_the_number_of_queries_does_not_grow_with_flows_or_steps(agent: APIClient) -> None:
