@@ -62,9 +62,13 @@ test: lint db browser
 	CHROMIUM=$(CHROMIUM) $(BIN)/pytest -n auto
 
 # Fault injection, the long version of tests/test_faults.py (make test runs the short one): a
-# bigger load, each kill repeated three times, a 30 s refusal; one key=value line per figure.
+# bigger load on the three write routes and the SDK, each kill repeated three times, a 30 s
+# refusal, PostgreSQL stopped and killed, stopped between a close and its receivers; then the slow
+# clients and the span-ownership cases. One key=value line per figure, and a table per fault
+# (sent, acknowledged, stored, lost, duplicated, 5xx, recovery); any loss or duplicate fails.
 faults: db
-	RFT_FAULTS_LONG=1 RFT_TEST_DB_NAME=test_rft_faults $(BIN)/pytest tests/test_faults.py -p no:randomly -n 0 -s
+	RFT_FAULTS_LONG=1 RFT_TEST_DB_NAME=test_rft_faults $(BIN)/pytest tests/test_faults.py tests/test_slow_clients.py \
+		tests/reasoning/test_otlp_span_ownership.py -p no:randomly -n 0 -s
 
 # The longer schemathesis campaign (tests/test_fuzz.py; `make test` runs 10 examples per operation):
 # 500 per operation plus the coverage phase (every documented boundary).

@@ -261,3 +261,16 @@ def db_clock(db: None) -> Iterator[DatabaseClock]:
     assert row is not None
     with time_machine.travel(row[0], tick=False) as traveller:
         yield DatabaseClock(traveller)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """``make faults``: the table of every fault run (tests/faults_support.py), under the results.
+    Empty unless a fault ran in this process (under xdist each worker keeps its own)."""
+    import sys
+
+    faults = sys.modules.get("tests.faults_support")
+    lines = faults.table_lines() if faults is not None else []
+    if lines:
+        terminalreporter.section("faults: nothing acknowledged may be lost or duplicated")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -1,11 +1,12 @@
 """Fault injection: a load of real writes, the processes of ``make run`` to kill, a PostgreSQL of
 its own to restart, and the invariants that must hold afterwards (tests/test_faults.py).
 
-The load (``Load``) runs three writers at once against a live server, each keeping a ledger of
-what the server acknowledged (a 2xx):
+The load (``Load``) runs four writers at once against a live server, on the three write routes
+and the SDK, each keeping a ledger of what the server acknowledged (a 2xx):
 
 * ``ingest``: ``POST /api/reasoning/ingest`` with two whole flows of three steps, closed;
 * ``single``: ``POST /api/reasoning/flows``, two ``POST …/steps``, then the ``PATCH`` that closes it;
+* ``otlp``: ``POST /v1/traces`` (protobuf), a root span and three child spans;
 * ``sdk``: ``ReasoningFlowRecorder`` flows of three steps (its own batching, retries and spool).
 
 Every request has client-chosen ids, so a writer retries a request that got no answer, or a 503,
@@ -42,9 +43,53 @@ from audit.chain import CHAINER_LOCK_KEY
 
 INGEST = "/api/reasoning/ingest"
 FLOWS = "/api/reasoning/flows"
+TRACES = "/v1/traces"
 STEPS_PER_FLOW = 3
 # How long a writer keeps retrying one request before it gives up (a defect: nothing recovered).
 GIVE_UP_S = 90.0
+
+
+# --- The table ``make faults`` prints ----------------------------------------------------
+
+# One row per fault: requests sent (each once, however often retried; the SDK's flows count as
+# its requests), acknowledged (2xx), acknowledged writes stored / lost, rows duplicated, 5xx
+# answers (503 is the documented answer during an outage; any other is a defect), recovery.
+COLUMNS = ("sent", "acknowledged", "stored", "lost", "duplicated", "503", "other_5xx", "recovery_s")
+TABLE: list[tuple[str, dict[str, Any]]] = []
+
+
+class Figures:
+    """A fault's figures: ``key=value`` lines (``faults.<scenario>.<key>``), and its table row."""
+
+    def __init__(self, scenario: str) -> None:
+        self.scenario = scenario
+        self.values: dict[str, Any] = {}
+        self.row: dict[str, Any] = {}
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.values[key] = value
+
+    def report(self) -> None:
+        for key, value in self.values.items():
+            shown = f"{value:.2f}" if isinstance(value, float) else value
+            print(f"faults.{self.scenario}.{key}={shown}", file=sys.stderr)
+        if self.row:
+            TABLE.append((self.scenario, self.row))
+
+
+def table_lines() -> list[str]:
+    """The table of every fault run so far (tests/conftest.py prints it at the end of the run)."""
+    if not TABLE:
+        return []
+    width = max(len("fault"), *(len(name) for name, _ in TABLE))
+    lines = [f"{'fault':<{width}}  " + "  ".join(f"{column:>12}" for column in COLUMNS)]
+    for name, row in TABLE:
+        cells = []
+        for column in COLUMNS:
+            value = row.get(column, "")
+            cells.append(f"{value:>12.1f}" if isinstance(value, float) else f"{value!s:>12}")
+        lines.append(f"{name:<{width}}  " + "  ".join(cells))
+    return lines
 
 
 class Cursor(Protocol):
@@ -65,8 +110,13 @@ class Ledger:
     flows: set[str] = field(default_factory=set)
     steps: set[str] = field(default_factory=set)
     closed: set[str] = field(default_factory=set)
+    # Requests a writer made (each once, however often it was retried), those acknowledged, and
+    # the 5xx answers: 503 (the documented answer during an outage, retried) and any other.
+    sent_requests: int = 0
     acknowledged_requests: int = 0
     retried_requests: int = 0
+    answers_503: int = 0
+    answers_5xx: int = 0
     # (monotonic time the request was first sent, time of its 2xx).
     successes: list[tuple[float, float]] = field(default_factory=list)
     # Answers a client must never get here (500, a 4xx for a valid body): (route, status, body).
@@ -117,17 +167,32 @@ class Writer(threading.Thread):
     def write_one(self) -> None:
         raise NotImplementedError
 
-    def send(self, method: str, path: str, body: dict[str, Any], ok: Callable[[Answer, bool], bool]) -> Answer | None:
+    def send(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | bytes,
+        ok: Callable[[Answer, bool], bool],
+        content_type: str = "application/json",
+    ) -> Answer | None:
         """Send until ``ok(answer, retried)``; a lost answer or a 503 is retried with the same body.
 
         ``retried`` tells ``ok`` that an earlier attempt may have been stored (its answer lost).
         Returns the accepted answer, or None when the request was given up."""
-        encoded = json.dumps(body).encode()
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        encoded = body if isinstance(body, bytes) else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": content_type}
         first = time.monotonic()
         retried = False
+        with self.ledger.lock:
+            self.ledger.sent_requests += 1
         while time.monotonic() - first < GIVE_UP_S:
             answer = self._request(method, path, encoded, headers)
+            if answer is not None and answer.status >= 500:
+                with self.ledger.lock:
+                    if answer.status == 503:
+                        self.ledger.answers_503 += 1
+                    else:
+                        self.ledger.answers_5xx += 1
             if answer is not None:
                 if ok(answer, retried):
                     if 200 <= answer.status < 300:
@@ -236,6 +301,60 @@ class SingleRouteWriter(Writer):
                 self.ledger.closed.add(flow_id)
 
 
+class OtlpWriter(Writer):
+    """``POST /v1/traces`` (protobuf, as the OpenTelemetry SDK's exporter sends it): one trace a
+    request, its root span (the flow) and STEPS_PER_FLOW child spans (the steps). The ids derive
+    from the trace and span ids, so a retried request is a replay."""
+
+    def write_one(self) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+        from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+        from reasoning.traces import span_uuid
+
+        trace_id, root = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+        children = [uuid.uuid4().hex[:16] for _ in range(STEPS_PER_FLOW)]
+        now = time.time_ns()
+        message = ExportTraceServiceRequest()
+        resource_spans = message.resource_spans.add()
+        service = resource_spans.resource.attributes.add()
+        service.key, service.value.string_value = "service.name", "faults"
+        spans = resource_spans.scope_spans.add().spans
+        for span_id, parent, name in [
+            (root, "", "faults turn"),
+            *[(c, root, f"step {n}") for n, c in enumerate(children)],
+        ]:
+            spans.append(
+                Span(
+                    trace_id=bytes.fromhex(trace_id),
+                    span_id=bytes.fromhex(span_id),
+                    parent_span_id=bytes.fromhex(parent) if parent else b"",
+                    name=name,
+                    kind=Span.SPAN_KIND_INTERNAL,
+                    start_time_unix_nano=now,
+                    end_time_unix_nano=now + 1_000_000,
+                )
+            )
+        flow_id = str(span_uuid(trace_id, root))
+        steps = [str(span_uuid(trace_id, child)) for child in children]
+        with self.ledger.lock:
+            self.ledger.sent_flows.add(flow_id)
+            self.ledger.sent_steps.update(steps)
+        answer = self.send(
+            "POST",
+            TRACES,
+            message.SerializeToString(),
+            lambda a, _: a.status == 200,
+            content_type="application/x-protobuf",
+        )
+        if answer is None:
+            return
+        with self.ledger.lock:
+            self.ledger.flows.add(flow_id)
+            self.ledger.steps.update(steps)
+            self.ledger.closed.add(flow_id)
+
+
 class SdkWriter(threading.Thread):
     """Records flows with the SDK; every flow it records must arrive (the SDK promises it)."""
 
@@ -277,6 +396,7 @@ class Load:
         for n in range(threads):
             self.writers.append(IngestWriter(f"ingest-{n}", url, token, self.ledger, self.stopping, pause))
             self.writers.append(SingleRouteWriter(f"single-{n}", url, token, self.ledger, self.stopping, pause))
+            self.writers.append(OtlpWriter(f"otlp-{n}", url, token, self.ledger, self.stopping, pause))
         self.sdk = SdkWriter(url, token, spool_dir, self.stopping, pause * 5)
         self.sdk_delivered = False
 
@@ -388,6 +508,38 @@ def problems(cursor: Cursor, ledger: Ledger) -> dict[str, Any]:
     return found
 
 
+DUPLICATED_EVENTS = f"""
+    SELECT count(*) FROM (
+        SELECT e.target_id FROM audit_event e
+        WHERE (e.target_type = '{FLOW_TYPE}' AND e.action = 'reasoning.flow.started')
+           OR (e.target_type = '{STEP_TYPE}' AND e.action = 'reasoning.step.created')
+        GROUP BY e.target_type, e.target_id HAVING count(*) > 1) d"""
+
+
+def tally(cursor: Cursor, ledger: Ledger) -> dict[str, int]:
+    """The table's columns from the database: acknowledged writes (flows opened, steps added,
+    closes) ``stored`` and ``lost``; ``duplicated``: rows no writer sent (a retry stored under
+    new ids) plus flows and steps with their creation audited more than once."""
+    flows, steps, closed = sorted(ledger.flows), sorted(ledger.steps), sorted(ledger.closed)
+    cursor.execute("SELECT id::text, flow_state FROM reasoning_flow WHERE id = ANY(%s::uuid[])", [flows])
+    stored_flows = dict(cursor.fetchall())
+    cursor.execute("SELECT count(*) FROM reasoning_step WHERE id = ANY(%s::uuid[])", [steps])
+    (stored_steps,) = cursor.fetchone()
+    stored_closes = sum(1 for flow in closed if stored_flows.get(flow, "active") != "active")
+    stored = len(stored_flows) + int(stored_steps) + stored_closes
+    cursor.execute("SELECT id::text FROM reasoning_flow")
+    stranger_flows = {row[0] for row in cursor.fetchall()} - ledger.sent_flows
+    cursor.execute("SELECT id::text FROM reasoning_step")
+    stranger_steps = {row[0] for row in cursor.fetchall()} - ledger.sent_steps
+    cursor.execute(DUPLICATED_EVENTS)
+    (twice,) = cursor.fetchone()
+    return {
+        "stored": stored,
+        "lost": ledger.writes() - stored,
+        "duplicated": len(stranger_flows) + len(stranger_steps) + int(twice),
+    }
+
+
 def pending_events(cursor: Cursor, up_to: int | None = None) -> int:
     """Events waiting for the chainer (with ``up_to``: only those with an id up to it)."""
     if up_to is None:
@@ -491,6 +643,14 @@ def children(pid: int) -> list[int]:
         return []
 
 
+def _alive(pid: int) -> bool:
+    """Running: a process that exists and is not a zombie waiting for its parent."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
 def kill_process(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -574,3 +734,25 @@ class OwnPostgres:
     def stop(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self._pg_ctl("-m", "fast", "stop")
+
+    def start(self) -> None:
+        self.server.start()
+
+    def crash(self) -> None:
+        """kill -9 of the postmaster and every backend (a machine's power cut, as far as the
+        database can tell); ``start()`` then recovers from the write-ahead log."""
+        postmaster = int((Path(self.server.pgdata) / "postmaster.pid").read_text().split()[0])
+        backends = children(postmaster)
+        kill_process(postmaster)
+        for pid in backends:
+            kill_process(pid)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in [postmaster, *backends]):
+            assert time.monotonic() < deadline, "PostgreSQL's processes outlived SIGKILL"
+            time.sleep(0.05)
+        # A killed postmaster can linger as a zombie (nobody reaps it in a container), which both
+        # pg_ctl and pgserver take for a running server: its pid and socket lock files go, as
+        # after a reboot (the socket directory is the data directory here).
+        pgdata = Path(self.server.pgdata)
+        for stale in [pgdata / "postmaster.pid", *pgdata.glob(".s.PGSQL.*.lock")]:
+            stale.unlink(missing_ok=True)

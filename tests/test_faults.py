@@ -14,11 +14,15 @@ the README's "Reliability" section quotes.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -31,6 +35,7 @@ from django_q.tasks import async_task
 
 from audit.chain import verify_chain
 from tests import faults_support as faults
+from tests.faults_support import INGEST
 from tests.servers import Gunicorn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,19 +55,7 @@ RECOVERY_BOUND_S = 120.0
 CATCH_UP_BOUND_S = 120.0
 
 
-class Figures:
-    def __init__(self, scenario: str) -> None:
-        self.scenario = scenario
-        self.values: dict[str, Any] = {}
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.values[key] = value
-
-    def report(self) -> None:
-        # One line per figure (make faults runs pytest with -s; the README quotes them).
-        for key, value in self.values.items():
-            shown = f"{value:.2f}" if isinstance(value, float) else value
-            print(f"faults.{self.scenario}.{key}={shown}", file=sys.stderr)
+Figures = faults.Figures
 
 
 @pytest.fixture(autouse=True)
@@ -123,6 +116,17 @@ def _check(load: faults.Load, cursor_of: Callable[[], Any], figures: Figures) ->
             lambda: faults.pending_events(cursor) == 0, CATCH_UP_BOUND_S, "the chainer catching up after the load"
         )
         assert faults.problems(cursor, ledger) == {}
+        counted = faults.tally(cursor, ledger)
+    assert (counted["lost"], counted["duplicated"]) == (0, 0), counted
+    assert ledger.answers_5xx == 0, "a 5xx other than 503"
+    figures.row.update(
+        sent=ledger.sent_requests + len(load.sdk.flows),
+        acknowledged=ledger.acknowledged_requests + len(load.sdk.flows),
+        stored=counted["stored"],
+        lost=counted["lost"],
+        duplicated=counted["duplicated"],
+        **{"503": ledger.answers_503, "other_5xx": ledger.answers_5xx},
+    )
     figures["acknowledged_writes"] = ledger.writes()
     figures["acknowledged_requests"] = ledger.acknowledged_requests
     figures["sdk_flows"] = len(load.sdk.flows)
@@ -215,6 +219,7 @@ def test_killed_web_workers_and_a_killed_server_lose_nothing(
     web["server_kills"] = ROUNDS
     web["worker_kill_to_write_max_s"] = max(worker_recovery)
     web["server_start_to_write_max_s"] = max(restart_recovery)
+    web.row["recovery_s"] = max(worker_recovery + restart_recovery)
     refused["refused_s"] = REFUSED_S
     refused["refusals"] = ROUNDS
     refused["sdk_flows_recorded_while_refused"] = sum(recorded_while_refused)
@@ -290,6 +295,7 @@ def test_a_job_worker_and_a_chainer_killed_mid_batch_lose_nothing(
     figures["job_worker_kills"] = ROUNDS
     figures["chainer_kills"] = ROUNDS
     figures["chainer_catch_up_max_s"] = max(catch_up)
+    figures.row["recovery_s"] = max(catch_up)
     figures.report()
 
 
@@ -304,13 +310,18 @@ def own_postgres(token: str, tmp_path: Path) -> Iterator[faults.OwnPostgres]:
         server.stop()
 
 
+@pytest.mark.parametrize("how", ["fast_stop", "kill_9"])
 def test_a_postgres_restart_mid_load_loses_nothing(
     start_load: Callable[[str], faults.Load],
     tmp_path: Path,
     own_postgres: faults.OwnPostgres,
     processes: list[Gunicorn | faults.Command],
+    how: str,
 ) -> None:
-    figures = Figures("postgres_restart")
+    """PostgreSQL goes away under the load and comes back: a fast shutdown (every session ended,
+    open transactions rolled back) or kill -9 of all its processes (recovery from the write-ahead
+    log). Clients get 503 + Retry-After meanwhile and retry; every acknowledged write is there."""
+    figures = Figures(f"postgres_{how}")
     gunicorn = Gunicorn(own_postgres.env, workers=2, log=tmp_path / "gunicorn.log")
     processes.append(gunicorn)
     gunicorn.start()
@@ -321,7 +332,11 @@ def test_a_postgres_restart_mid_load_loses_nothing(
     for _ in range(ROUNDS):
         load.wait_for_writes(WRITES_BETWEEN)
         restarted_at = time.monotonic()
-        own_postgres.restart()
+        if how == "kill_9":
+            own_postgres.crash()
+            own_postgres.start()
+        else:
+            own_postgres.restart()
         with own_postgres.cursor() as cursor:
             up_to = faults.last_event_id(cursor)
         load.wait_for_writes(WRITES_BETWEEN)
@@ -337,4 +352,147 @@ def test_a_postgres_restart_mid_load_loses_nothing(
     figures["restarts"] = ROUNDS
     figures["write_recovery_max_s"] = max(recovery)
     figures["chainer_catch_up_max_s"] = max(catch_up)
+    figures.row["recovery_s"] = max(recovery)
+    figures.report()
+
+
+def _closing_flow() -> tuple[str, bytes]:
+    """A whole flow, closed, that owes both receivers: a pathway (completed, claim_created, every
+    step confident, a summary the guard passes) and a backlog request (a Researcher that found
+    no evidence)."""
+    flow_id = str(uuid.uuid4())
+    body = {
+        "flows": [
+            {
+                "id": flow_id,
+                "trigger_type": "user_question",
+                "trigger_ref": f"faults/close-work/{flow_id}",
+                "agent": "researcher",
+                "steps": [
+                    {
+                        "id": str(uuid.uuid4()),
+                        "kind": "retrieval",
+                        "agent": "researcher",
+                        "summary_text": "Read the guideline",
+                        "confidence": 0.95,
+                    }
+                ],
+                "close": {
+                    "flow_state": "completed",
+                    "outcome_type": "claim_created",
+                    "outcome_summary": "Created a claim",
+                    "outcome_metrics": {"evidence_hits": 0},
+                },
+            }
+        ]
+    }
+    return flow_id, json.dumps(body).encode()
+
+
+def _post(gunicorn: Gunicorn, body: bytes, headers: dict[str, str], answers: list[int]) -> None:
+    answers.append(gunicorn.server.request("POST", INGEST, body, headers).status)
+
+
+def _receiver_waiting(cursor: Any, flow_id: str) -> bool:
+    """The close of ``flow_id`` committed, and a session waits for a lock (the receiver's write)."""
+    committed = "SELECT count(*) FROM reasoning_flow WHERE id = %s AND flow_state = 'completed'"
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    return _count(cursor, committed, flow_id) == 1 and _count(cursor, waiting) > 0
+
+
+def _count(cursor: Any, sql: str, *params: Any) -> int:
+    cursor.execute(sql, list(params))
+    (value,) = cursor.fetchone()
+    return int(value)
+
+
+def test_a_database_stop_between_a_close_and_its_receivers_loses_no_derived_work(
+    token: str, tmp_path: Path, own_postgres: faults.OwnPostgres, processes: list[Gunicorn | faults.Command]
+) -> None:
+    """The close commits; its receivers (pathway extraction, the backlog producer) are held at
+    their first write by a table lock; PostgreSQL stops (fast) right then, and starts again. The
+    client was told 200; the work is still owed (``reasoning.close_work``) and the job does it:
+    one pathway and one backlog request per flow, each audited once."""
+    figures = Figures("postgres_stop_after_close")
+    env = {**own_postgres.env, "RESEARCH_AUTO_ENQUEUE_ENABLED": "1"}
+    gunicorn = Gunicorn(env, workers=1, log=tmp_path / "gunicorn.log")
+    processes.append(gunicorn)
+    gunicorn.start()
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    import psycopg
+
+    flows, sent, acknowledged, recovery = [], 0, 0, []
+    for _ in range(ROUNDS):
+        flow_id, body = _closing_flow()
+        flows.append(flow_id)
+        # Reads of the tables go on (the close reads the library); writes wait for the lock.
+        holder = psycopg.connect(own_postgres.owner_url)
+        holder.execute("LOCK TABLE pathways_pathway, research_request IN EXCLUSIVE MODE")
+        answers: list[int] = []
+        closing = threading.Thread(target=partial(_post, gunicorn, body, headers, answers))
+        sent += 1
+        closing.start()
+        with own_postgres.cursor() as cursor:
+            faults.wait_until(
+                partial(_receiver_waiting, cursor, flow_id), 30, "the close committed, a receiver waiting"
+            )
+            assert _count(cursor, "SELECT count(*) FROM reasoning_close_work WHERE flow_id = %s", flow_id) == 2
+        own_postgres.stop()
+        closing.join(timeout=30)
+        with contextlib.suppress(psycopg.Error):
+            holder.close()
+        stopped_at = time.monotonic()
+        own_postgres.start()
+        # Committed before the stop: acknowledged (the receivers' failure is not the client's).
+        assert answers == [200], answers
+        acknowledged += 1
+        with own_postgres.cursor() as cursor:
+            owed = _count(
+                cursor, "SELECT count(*) FROM reasoning_close_work WHERE flow_id = %s AND attempts = 0", flow_id
+            )
+            assert owed == 2, "the work the close owed is gone, or an outage used up an attempt"
+            assert _count(cursor, "SELECT count(*) FROM pathways_pathway WHERE seed_flow_id = %s", flow_id) == 0
+        # The job, as the worker runs it every minute (twice: the second finds nothing).
+        for _ in range(2):
+            ran = subprocess.run(
+                [sys.executable, "manage.py", "close_work"],
+                cwd=settings.BASE_DIR,
+                env=gunicorn.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert ran.returncode == 0, ran.stdout + ran.stderr
+        recovery.append(time.monotonic() - stopped_at)
+        assert "owed: 0 (none); failed: 0" in ran.stdout
+
+    with own_postgres.cursor() as cursor:
+        pathways = _count(cursor, "SELECT count(*) FROM pathways_pathway WHERE seed_flow_id = ANY(%s::uuid[])", flows)
+        requests = _count(cursor, "SELECT count(*) FROM research_request WHERE source_flow_id = ANY(%s::uuid[])", flows)
+        extracted = _count(cursor, "SELECT count(*) FROM audit_event WHERE action = 'reasoning.pathway.extracted'")
+        enqueued = _count(
+            cursor, "SELECT count(*) FROM audit_event WHERE action = 'reasoning.research.deeper_request_created'"
+        )
+        assert _count(cursor, "SELECT count(*) FROM reasoning_close_work") == 0
+    owed_work = 2 * len(flows)
+    assert (pathways, requests) == (len(flows), len(flows))
+    assert (extracted, enqueued) == (len(flows), len(flows))
+    chainer = faults.Command(["audit_chainer"], gunicorn.env, tmp_path / "chainer.log")
+    processes.append(chainer.start())
+    with own_postgres.cursor() as cursor:
+        faults.wait_until(lambda: faults.pending_events(cursor) == 0, CATCH_UP_BOUND_S, "the chainer catching up")
+    _verify_by_command(gunicorn.env)
+    _no_server_error(gunicorn)
+    figures["closes"] = len(flows)
+    figures["owed_work_done"] = pathways + requests
+    figures["recovery_max_s"] = max(recovery)
+    figures.row.update(
+        sent=sent,
+        acknowledged=acknowledged,
+        stored=pathways + requests,
+        lost=owed_work - min(pathways, len(flows)) - min(requests, len(flows)),
+        duplicated=max(pathways - len(flows), 0) + max(requests - len(flows), 0),
+        **{"503": 0, "other_5xx": 0},
+        recovery_s=max(recovery),
+    )
     figures.report()

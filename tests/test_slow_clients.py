@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from reasoning.models import ReasoningFlow
+from tests.faults_support import Figures
 from tests.servers import Gunicorn, Server
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -162,6 +163,13 @@ def test_fifty_slow_clients_do_not_hold_up_other_requests(
     assert b'"detail"' in clients[-1].answer  # the body deadline answers JSON
     # Nothing was created from the cut-off bodies.
     assert ReasoningFlow.objects.exclude(trigger_type="slow_client_probe").count() == 0
+    # A row of make faults' table: the ordinary writes made while the slow clients held on.
+    figures = Figures("slow_clients_50")
+    figures["slowest_ordinary_request_s"] = max(durations)
+    stored = ReasoningFlow.objects.filter(trigger_type="slow_client_probe").count()
+    figures.row.update(sent=5, acknowledged=5, stored=stored, lost=max(5 - stored, 0), duplicated=max(stored - 5, 0))
+    figures.row.update({"503": 0, "other_5xx": 0})
+    figures.report()
 
 
 def test_headers_past_the_size_cap_are_refused(served: Gunicorn) -> None:
