@@ -71,10 +71,13 @@ faults: db
 		tests/reasoning/test_otlp_span_ownership.py -p no:randomly -n 0 -s
 
 # The longer schemathesis campaign (tests/test_fuzz.py; `make test` runs 10 examples per operation):
-# 500 per operation plus the coverage phase (every documented boundary).
+# 500 per operation plus the coverage phase (every documented boundary). Then bounded work per request
+# (tests/test_bounded_work.py, timed): the largest request of each write route within 5 s, a worker's
+# memory after them; one bounded.<case>.<figure>=<value> line per figure.
 FUZZ_EXAMPLES ?= 500
 fuzz: db
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_COVERAGE=1 FUZZ_RANDOM=1 $(BIN)/pytest tests/test_fuzz.py -p no:randomly -n 0
+	RFT_BOUNDED_WORK=1 $(BIN)/pytest tests/test_bounded_work.py -p no:randomly -n 0 -s
 
 # Re-capture what real instrumentation libraries send (scripts/interop/: each library at its current
 # version in a throw-away virtualenv under /tmp/rft-interop, against a fake model server on loopback)

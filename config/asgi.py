@@ -40,6 +40,7 @@ from django.core.asgi import get_asgi_application
 from django.core.wsgi import get_wsgi_application
 
 from core.asgi import answer_json
+from core.memory import tune_allocator
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -186,6 +187,8 @@ def build_application(threads: int = THREADS, body_timeout_s: float = BODY_TIMEO
     return McpRouter(BufferedBody(wsgi, body_timeout_s), mcp)  # type: ignore[arg-type]
 
 
+# Large buffers mapped and unmapped whole, so a bulk request's memory goes back (core.memory).
+tune_allocator()
 application = build_application()
 
 

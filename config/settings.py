@@ -190,6 +190,8 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     # First to touch the request: nothing may read a chunked body before it is read whole (or refused).
     "core.middleware.ChunkedBodyMiddleware",
+    # After a request with a large body (the bulk routes), its memory goes back to the system.
+    "core.memory.ReleaseMemoryMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -372,6 +372,12 @@ class OtlpTracesView(ApiView):
             return _otlp_answer(Status(code=3, message=str(exc)), encoding, status.HTTP_415_UNSUPPORTED_MEDIA_TYPE)
         except otlp.OtlpBodyError as exc:
             return _otlp_answer(Status(code=3, message=str(exc)), encoding, status.HTTP_400_BAD_REQUEST)
+        if (count := otlp.span_count(decoded)) > otlp.MAX_SPANS_PER_REQUEST:
+            message = (
+                f"resource_spans: {count} spans in one request; at most {otlp.MAX_SPANS_PER_REQUEST} are accepted "
+                "per request (send smaller batches: OTEL_BSP_MAX_EXPORT_BATCH_SIZE, 512 by default)"
+            )
+            return _otlp_answer(Status(code=3, message=message), encoding, status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
         spans, problems = otlp.map_request(decoded, message_content=settings.OTLP_MESSAGE_CONTENT)
         outcome = traces.record_spans(spans, actor=actor_for(request), opener_only=changes_only_own_flows(request))
         everything = [*problems, *outcome.rejected]

@@ -190,6 +190,11 @@ REASONING_KEYS = frozenset({"reasoning_content", "reasoning", "thinking", "reaso
 REASONING_PART_TYPES = frozenset({"reasoning", "thinking", "redacted_thinking"})
 
 MAX_ATTRIBUTES = 1000
+# Bounded work per request (docs/ingest.md, "Limits"): a request of more spans is refused whole
+# (413); a span with more events or links than this is rejected (partial_success).
+MAX_SPANS_PER_REQUEST = 2000
+MAX_EVENTS = 1000
+MAX_LINKS = 1000
 MAX_KEPT_ATTRIBUTES = 128
 MAX_VALUE_DEPTH = 5
 MAX_JSON_SCAN = 1_000_000  # characters of a JSON payload parsed to fence its reasoning
@@ -437,6 +442,10 @@ class _Resource:
         return self.agent or _label(self.service_name, MAX_LABEL) or "otlp"
 
 
+def span_count(request: ExportTraceServiceRequest) -> int:
+    return sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
+
+
 def map_request(
     request: ExportTraceServiceRequest, *, message_content: str = "encrypt"
 ) -> tuple[list[MappedSpan], list[SpanProblem]]:
@@ -549,6 +558,13 @@ def _mapped(
         raise _Problem("end_time_unix_nano is before start_time_unix_nano")
     if len(span.attributes) > MAX_ATTRIBUTES:
         raise _Problem(f"has {len(span.attributes)} attributes; at most {MAX_ATTRIBUTES}")
+    if len(span.events) > MAX_EVENTS:
+        raise _Problem(f"has {len(span.events)} events; at most {MAX_EVENTS}")
+    if len(span.links) > MAX_LINKS:
+        raise _Problem(f"has {len(span.links)} links; at most {MAX_LINKS}")
+    for event in span.events:
+        if len(event.attributes) > MAX_ATTRIBUTES:
+            raise _Problem(f"has an event with {len(event.attributes)} attributes; at most {MAX_ATTRIBUTES}")
     attributes = {attribute.key: attribute.value for attribute in span.attributes}
     own_flow = _reasoning_attributes(attributes, _FLOW_ATTRIBUTES)
     own_step = _reasoning_attributes(attributes, _STEP_ATTRIBUTES)

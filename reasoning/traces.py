@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -63,6 +63,9 @@ from reasoning.serializers import FlowCloseSerializer, FlowCreateSerializer, Ste
 SPAN_NAMESPACE = uuid.UUID("6f1d2a8e-8c4b-5e0f-9a57-3c2b1d0e4f61")
 ORPHAN_TRIGGER = "otlp_trace"
 ORPHAN_ABORT_REASON = "timeout"
+# Spans of one trace waiting for their parent (PendingSpan) at most: every request of the trace
+# reads them all (docs/ingest.md, "Limits").
+MAX_PENDING_PER_TRACE = 1000
 
 Key = tuple[str, str]  # (trace id, span id), hex
 
@@ -259,6 +262,8 @@ def _record(
         if not span.opens_flow and key not in placed and key not in stored and key not in pending
     ]
     parked_again = sum(1 for key in incoming if key in pending and key not in placed)
+    to_park, refused = _within_pending_limit(to_park, pending, set(released))
+    rejected.extend(refused)
     if to_park:
         PendingSpan.objects.bulk_create(
             [
@@ -274,6 +279,30 @@ def _record(
             ]
         )
     return results, plans, accepted, len(to_park) + parked_again, rejected
+
+
+def _within_pending_limit(
+    to_park: list[MappedSpan], pending: Mapping[Key, PendingSpan], released: set[int]
+) -> tuple[list[MappedSpan], list[SpanProblem]]:
+    """The spans to park, at most MAX_PENDING_PER_TRACE waiting per trace (every request of the
+    trace reads them all); the others, rejected naming the limit."""
+    waiting = Counter(key[0] for key, row in pending.items() if row.id not in released)
+    kept: list[MappedSpan] = []
+    refused: list[SpanProblem] = []
+    for span in to_park:
+        if waiting[span.trace_id] >= MAX_PENDING_PER_TRACE:
+            refused.append(
+                SpanProblem(
+                    span.trace_id,
+                    span.span_id,
+                    f"span {span.span_id}: trace {span.trace_id} already has {MAX_PENDING_PER_TRACE} spans waiting "
+                    "for their parent span (the limit); send the spans that place them (the trace's root) first",
+                )
+            )
+            continue
+        waiting[span.trace_id] += 1
+        kept.append(span)
+    return kept, refused
 
 
 def _withhold_foreign(
@@ -358,8 +387,11 @@ def _place(universe: Mapping[Key, MappedSpan], stored: _Stored) -> dict[Key, _Pl
             )
         return None
 
+    # Spans whose walk up ended at an unknown parent: a later walk that reaches one stops there
+    # (without it, a chain of n orphans costs n walks of up to n steps each).
+    unplaceable: set[Key] = set()
     for start, first in universe.items():
-        if first.opens_flow or start in stored or start in placed:
+        if first.opens_flow or start in stored or start in placed or start in unplaceable:
             continue
         chain = [start]
         seen = {start}
@@ -368,11 +400,12 @@ def _place(universe: Mapping[Key, MappedSpan], stored: _Stored) -> dict[Key, _Pl
             span = universe[chain[-1]]
             parent = (span.trace_id, span.parent_span_id)
             found = anchor(parent)
-            if found is not None or parent not in universe or parent in seen:
+            if found is not None or parent not in universe or parent in seen or parent in unplaceable:
                 break
             chain.append(parent)
             seen.add(parent)
         if found is None:
+            unplaceable.update(chain)
             continue
         for key in reversed(chain):
             span = universe[key]
@@ -523,28 +556,38 @@ def _call_body(key: Key, span: MappedSpan, parts: Mapping[str, Any]) -> dict[str
 
 
 def _ordered(members: list[tuple[Key, _Placed]]) -> list[tuple[Key, _Placed]]:
-    """Parents before children (the write path checks parents are earlier), else by start time."""
+    """Parents before children (the write path checks parents are earlier), else by start time.
+
+    The order of repeated passes over the members sorted by (start, key), each pass taking, in
+    that order, every member whose parent is outside the members or taken already; computed
+    directly in O(n log n): a member is taken in its parent's pass when it comes after its parent
+    in the sorted order, else in the pass after (a chain sent child first is not n passes)."""
     members = sorted(members, key=lambda member: (member[1].span.start, member[0]))
-    ids = {span_uuid(*key) for key, _ in members}
-    done: set[uuid.UUID] = set()
-    ordered: list[tuple[Key, _Placed]] = []
-    waiting = members
-    while waiting:
-        progress = []
-        rest = []
-        for member in waiting:
-            parent = member[1].parent_step_id
-            if parent is None or parent not in ids or parent in done:
-                progress.append(member)
-                done.add(span_uuid(*member[0]))
+    index: dict[uuid.UUID | None, int] = {span_uuid(*key): position for position, (key, _) in enumerate(members)}
+    passes: list[float] = [0.0] * len(members)  # 0: not computed yet
+    for position in range(len(members)):
+        walk = [position]
+        on_walk = {position}
+        while True:  # up to the nearest member whose pass is known, or outside the members
+            parent = index.get(members[walk[-1]][1].parent_step_id)
+            if parent is None or passes[parent]:
+                break
+            if parent in on_walk:  # a cycle cannot happen (parents are found walking up); be safe
+                for member in walk:
+                    passes[member] = passes[member] or float("inf")
+                break
+            walk.append(parent)
+            on_walk.add(parent)
+        for member in reversed(walk):
+            if passes[member]:
+                continue
+            parent = index.get(members[member][1].parent_step_id)
+            if parent is None:
+                passes[member] = 1
             else:
-                rest.append(member)
-        if not progress:  # a cycle cannot happen (parents are found by walking up); be safe
-            ordered.extend(rest)
-            break
-        ordered.extend(progress)
-        waiting = rest
-    return ordered
+                passes[member] = passes[parent] + (0 if parent < member else 1)
+    order = sorted(range(len(members)), key=lambda position: (passes[position], position))
+    return [members[position] for position in order]
 
 
 # --- Pending spans, stored ------------------------------------------------------------------

@@ -785,3 +785,63 @@ def test_a_body_over_the_limit_is_413_as_a_google_rpc_status(agent: APIClient, s
     assert status_of(response).message == "Request body is too large."
     assert bomb.status_code == 413 and status_of(bomb).code == 3
     assert not ReasoningFlow.objects.exists()
+
+
+# --- Bounded work per request (docs/ingest.md, "Limits"; timed in tests/test_bounded_work.py) ---
+
+
+def test_a_request_of_more_spans_than_the_limit_is_refused_whole_naming_it(agent: APIClient) -> None:
+    from reasoning.otlp import MAX_SPANS_PER_REQUEST
+
+    spans = [otlp.span(f"s{n}", span_id=f"{n + 1:016x}", parent_span_id=ROOT) for n in range(MAX_SPANS_PER_REQUEST)]
+    response = post(agent, otlp.request(otlp.span("root"), *spans))
+
+    assert response.status_code == 413
+    status = Status.FromString(response.content)
+    assert status.message.startswith(f"resource_spans: {MAX_SPANS_PER_REQUEST + 1} spans in one request; at most")
+    assert not ReasoningFlow.objects.exists() and not PendingSpan.objects.exists()
+
+
+def test_a_span_with_more_events_than_the_limit_is_rejected_naming_it(agent: APIClient) -> None:
+    from reasoning.otlp import MAX_EVENTS
+
+    events: list[tuple[str, Mapping[str, object]]] = [("tick", {}) for _ in range(MAX_EVENTS + 1)]
+    answer = send(agent, otlp.span("root"), otlp.child(events=events))
+
+    assert answer.partial_success.rejected_spans == 1
+    assert f"span {CHILD}: has {MAX_EVENTS + 1} events; at most {MAX_EVENTS}" in answer.partial_success.error_message
+    assert ReasoningFlow.objects.count() == 1 and not ReasoningStep.objects.exists()
+
+
+def test_spans_waiting_for_their_parent_are_bounded_per_trace(agent: APIClient, settings: Settings) -> None:
+    from reasoning import traces
+
+    settings_limit = 3
+    original, traces.MAX_PENDING_PER_TRACE = traces.MAX_PENDING_PER_TRACE, settings_limit
+    try:
+        orphans = [otlp.child(f"o{n}", span_id=f"{n + 16:016x}", parent_span_id="ab" * 8) for n in range(4)]
+        answer = send(agent, *orphans)
+        assert answer.partial_success.rejected_spans == 1
+        assert "already has 3 spans waiting for their parent span (the limit)" in answer.partial_success.error_message
+        assert PendingSpan.objects.count() == 3
+        # Another trace is not affected.
+        assert (
+            send(agent, otlp.child("other", trace_id="cd" * 16, parent_span_id="ef" * 8)).partial_success.rejected_spans
+            == 0
+        )
+    finally:
+        traces.MAX_PENDING_PER_TRACE = original
+
+
+def test_a_chain_sent_child_first_is_stored_parents_first(agent: APIClient) -> None:
+    ids = [f"{n + 32:016x}" for n in range(30)]
+    chain = [
+        otlp.span(f"step {n}", span_id=span_id, parent_span_id=ROOT if n == 0 else ids[n - 1], start=otlp.T0 + n)
+        for n, span_id in enumerate(ids)
+    ]
+    send(agent, *reversed(chain), otlp.span("root"))
+
+    steps = list(ReasoningStep.objects.order_by("position").values_list("span_id", "parent_step_id", "id"))
+    assert [span_id for span_id, _, _ in steps] == ids
+    positions = {step_id: n for n, (_, _, step_id) in enumerate(steps)}
+    assert all(parent is None or positions[parent] < n for n, (_, parent, _) in enumerate(steps))
