@@ -36,6 +36,7 @@ from patients.services import create_patient
 from reasoning.models import ReasoningFlow
 from tests.access_matrix import LOGIN_REDIRECT, PERSONAS, ROWS, Expected, Row
 from tests.factories import PASSWORD, make_flow, make_pathway, make_request, make_review
+from tests.security_headers import assert_security_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -77,6 +78,8 @@ class World:
         # Records made for a request that was refused (which changed nothing), kept for the next.
         self.unused: dict[str, str] = {}
         self.clients: dict[str, Client] = {}
+        # Answers without the security headers every answer carries (tests/security_headers.py).
+        self.header_failures: list[str] = []
 
     def value(self, name: str) -> str:
         shared = {"flow_a": self.flow_a, "trace_a": self.trace_a, "session": SESSION, "seq": self.seq}
@@ -119,6 +122,10 @@ class World:
         else:
             data, content_type = ("" if body is None else json.dumps(body)), row.content_type
         response = self.client(persona).generic(row.method, path, data, content_type)
+        try:
+            assert_security_headers(response, urlsplit(path).path)
+        except AssertionError as missing:
+            self.header_failures.append(f"{row.label}  as {persona}: {missing}")
         to_login = response.status_code == 302 and urlsplit(response["Location"]).path in LOGIN_PAGES
         if response.status_code < 400 and not to_login:
             self.unused.clear()  # it may have changed them
@@ -180,6 +187,7 @@ def world(
 
 
 def test_every_route_answers_every_persona_as_the_table_says(world: World) -> None:
+    """... and every answer, a refusal as much as a 200, carries the security headers."""
     mismatches = []
     for row in ROWS:
         for persona, expected in row.expect.items():
@@ -187,6 +195,8 @@ def test_every_route_answers_every_persona_as_the_table_says(world: World) -> No
             if got != expected:
                 mismatches.append(f"{row.label}  as {persona}: {got}, the table says {expected}")
     assert not mismatches, f"{len(mismatches)} answers differ from tests/access_matrix.py:\n" + "\n".join(mismatches)
+    failures = world.header_failures
+    assert not failures, f"{len(failures)} answers lack a security header:\n" + "\n".join(failures)
 
 
 # --- Every route is in the table ---------------------------------------------------------------
