@@ -67,10 +67,14 @@ def owe(flows: Sequence[ReasoningFlow], now: datetime) -> list[tuple[str, Reason
     receivers = close_receivers()
     owed = [(key, flow) for key, receiver in receivers.items() for flow in flows if receiver.owes(flow)]
     if owed:
-        CloseWork.objects.bulk_create(
-            [CloseWork(receiver=key, flow_id=flow.pk, created_at=now, next_attempt_at=now) for key, flow in owed],
-            ignore_conflicts=True,
-        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO reasoning_close_work"
+                " (receiver, flow_id, created_at, next_attempt_at, attempts, last_error)"
+                " SELECT r, f, %s, %s, 0, '' FROM unnest(%s::varchar[], %s::uuid[]) AS t(r, f)"
+                " ON CONFLICT (flow_id, receiver) DO NOTHING",
+                [now, now, [key for key, _ in owed], [flow.pk for _, flow in owed]],
+            )
     return owed
 
 
@@ -103,21 +107,24 @@ def _perform(key: str, flow: ReasoningFlow) -> Outcome:
         logger.error("close work %s for flow %s has no registered receiver; it stays owed", key, flow.pk)
         return "retry"
     try:
-        with transaction.atomic():
-            row = (
-                CloseWork.objects.select_for_update(skip_locked=True)
-                .filter(flow_id=flow.pk, receiver=key, failed_at__isnull=True)
-                .first()
-            )
-            if row is None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            # Claimed and settled in one statement: the row is gone if the work commits, back
+            # (rolled back) if it fails; locked meanwhile, so no one else does it.
+            cursor.execute(_CLAIM, [flow.pk, key])
+            if cursor.fetchone() is None:
                 return "busy"  # being done by another process, or done already
             reason = receiver.perform(flow)
             if reason is not None:
                 record(receiver.skipped_action, actor=receiver.actor, target=flow, payload={"disqualifier": reason})
-            row.delete()
             return "done" if reason is None else "skipped"
     except Exception as exc:
         return _failed(receiver, flow, exc)
+
+
+_CLAIM = (
+    "DELETE FROM reasoning_close_work WHERE id = (SELECT id FROM reasoning_close_work"
+    " WHERE flow_id = %s AND receiver = %s AND failed_at IS NULL FOR UPDATE SKIP LOCKED) RETURNING id"
+)
 
 
 def _failed(receiver: CloseReceiver, flow: ReasoningFlow, exc: Exception) -> Outcome:
