@@ -250,7 +250,7 @@ def chain_lag_seconds(now: datetime | None = None) -> float:
 
 
 # The time (epoch seconds) of the oldest event waiting for the chainer, no row when none waits;
-# usable as a scalar subquery (audit.health reads it with other figures in one statement).
+# usable as a scalar subquery (reasoning.health reads it with other figures in one statement).
 OLDEST_QUEUED_EPOCH_SQL = (
     "SELECT extract(epoch FROM e.created_at)::float8 FROM audit_pending p"
     " JOIN audit_event e ON e.id = p.event_id ORDER BY p.event_id LIMIT 1"

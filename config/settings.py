@@ -225,7 +225,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "audit.context_processors.audit_chain_lag",
+                "reasoning.health.operator_banners",
             ],
             # core/ is a plain package, not an app: its template tags are registered here.
             "libraries": {"durations": "core.templatetags.durations", "labels": "core.templatetags.labels"},

@@ -6,8 +6,8 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from audit.views import healthz
 from core.api import not_found
+from reasoning.health import healthz
 from reasoning.views import dashboard_home
 
 urlpatterns = [

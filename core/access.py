@@ -12,7 +12,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 # Set on the request by ``operator_required``: base.html shows the audit-chain lag banner
-# (``audit.context_processors``) on operator pages only.
+# (``reasoning.health``) on operator pages only.
 OPERATOR_PAGE_ATTR = "operator_page"
 
 

@@ -72,7 +72,9 @@ class ReleaseMemoryMiddleware:
                 response.renderer_context = {}
             for name in ("_body", "_stream", "_files", "_post", "data"):
                 request.__dict__.pop(name, None)
-            connections.close_all()
+            for connection in connections.all(initialized_only=True):
+                if not connection.in_atomic_block:  # (a test's transaction stays open)
+                    connection.close()
             release_memory()
         return response
 

@@ -229,7 +229,7 @@ class Status:
 
 
 # Owed count, oldest owed time (epoch seconds), failed count: one row, usable as a derived
-# table (audit.health reads it with other figures in one statement). The table holds only
+# table (reasoning.health reads it with other figures in one statement). The table holds only
 # unfinished work, so the aggregate stays small.
 STATUS_SQL = (
     "SELECT count(*) FILTER (WHERE failed_at IS NULL) AS owed,"
