@@ -408,3 +408,30 @@ def test_narrative_fits_a_phone_and_shows_keyboard_focus(page: Page, screenshot:
     screenshot(page, "narrative-phone")
     assert_no_sideways_scroll(page)
     assert_keyboard_focus_visible(page)
+
+
+def test_operator_sees_late_and_failed_close_work_in_banners(page: Page, screenshot: Screenshot) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from reasoning.models import CloseWork
+    from tests.factories import make_flow
+
+    seed_operator()
+    late, failed = make_flow(), make_flow()
+    now = timezone.now()
+    CloseWork.objects.create(receiver="pathways.extract", flow_id=late, created_at=now - timedelta(minutes=9))
+    CloseWork.objects.create(
+        receiver="pathways.extract", flow_id=failed, attempts=10, last_error="RuntimeError", failed_at=now
+    )
+
+    log_in(page, *OPERATOR)
+    for viewport, name in (({"width": 1280, "height": 800}, "close-work-banners"), (PHONE, "close-work-banners-phone")):
+        page.set_viewport_size(viewport)  # type: ignore[arg-type]
+        page.goto("/dashboard/admin/reasoning/")
+        alerts = page.get_by_role("alert")
+        expect(alerts.filter(has_text=re.compile(r"^Work owed"))).to_contain_text("the job worker is not running")
+        expect(alerts.filter(has_text="failed after 10 attempts")).to_contain_text("close_work --retry-failed")
+        screenshot(page, name)
+        assert_no_sideways_scroll(page)
