@@ -103,7 +103,7 @@ class Action(StrEnum):
     API_TOKEN_REVOKED = "auth.api_token.revoked"
     API_TOKEN_ROTATED = "auth.api_token.rotated"
     OPERATOR_CREATED = "auth.operator.created"
-    # Logins (core/auth_events.py): the user's id when the username exists, else a short SHA-256
+    # Logins (audit/logins.py): the user's id when the username exists, else a short SHA-256
     # prefix of it; the form, the client address; never the password or a typed username.
     LOGIN_SUCCEEDED = "auth.login.succeeded"
     LOGIN_FAILED = "auth.login.failed"

@@ -30,7 +30,7 @@ from audit.checkpoints import latest_checkpoint, verifiers
 from audit.models import AuditCheckpoint
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit
 from core.errors import InvalidInput, NotFound
-from reasoning.auth import CanReadAudit
+from core.scopes import CanReadAudit
 
 MAX_EVENTS = 1000
 MAX_CHECKPOINTS = 100

@@ -8,5 +8,7 @@ class AuditConfig(AppConfig):
     verbose_name = "Audit trail"
 
     def ready(self) -> None:
-        from audit import checks  # noqa: F401  (registers the least-privilege deploy check)
-        from core import auth_events  # noqa: F401  (audits logins, logouts and lockouts)
+        from audit import (
+            checks,  # noqa: F401  (registers the least-privilege deploy check)
+            logins,  # noqa: F401  (audits logins, logouts and lockouts)
+        )

@@ -171,7 +171,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "csp",  # its system check refuses django-csp 3.x settings
     "encrypted_model_fields",
-    # Login throttling (core/auth_events.py): its tables count failed logins.
+    # Login throttling (audit/logins.py): its tables count failed logins.
     "axes",
     "audit",
     "patients",
@@ -199,7 +199,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # An operator (staff) session idle for OPERATOR_SESSION_IDLE_MINUTES is logged out.
-    "core.auth_events.OperatorIdleTimeoutMiddleware",
+    "audit.logins.OperatorIdleTimeoutMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -275,7 +275,7 @@ if DJANGO_BEHIND_TLS_PROXY:
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/dashboard/"  # operators go on to their dashboard, patients to their profile
 
-# --- Logins (core/auth_events.py; README "Logins and sessions") ----------------------
+# --- Logins (audit/logins.py; README "Logins and sessions") ----------------------
 # django-axes refuses every login, the right password included, for LOGIN_LOCKOUT_MINUTES
 # after LOGIN_FAILURE_LIMIT failures for one username or, separately, from one client
 # address. Axes counts failures over that same period, so it may not be shorter than 15
@@ -283,7 +283,7 @@ LOGIN_REDIRECT_URL = "/dashboard/"  # operators go on to their dashboard, patien
 LOGIN_FAILURE_LIMIT = 10
 LOGIN_LOCKOUT_MINUTES = env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=15)
 AUTHENTICATION_BACKENDS = [
-    "core.auth_events.LockoutBackend",  # first: refuses a locked-out login before any password check
+    "audit.logins.LockoutBackend",  # first: refuses a locked-out login before any password check
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = LOGIN_FAILURE_LIMIT
@@ -293,13 +293,13 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own, not the
 # the failure that caused it.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = False  # a success does not wipe the failures counted from other clients
-AXES_LOCKOUT_CALLABLE = "core.auth_events.lockout_response"
+AXES_LOCKOUT_CALLABLE = "audit.logins.lockout_response"
 # The client is REMOTE_ADDR: the socket's peer, unless that peer is one of TRUSTED_PROXIES
 # (addresses or networks; empty by default, as for make run and the tests), whose
 # X-Forwarded-For the web server (config/gunicorn.py) reads from the right, skipping trusted
 # hops. No other peer's X-Forwarded-For or Forwarded header is ever read.
 TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
-AXES_CLIENT_IP_CALLABLE = "core.auth_events.client_address"
+AXES_CLIENT_IP_CALLABLE = "audit.logins.client_address"
 # Successes and logouts are in the audit trail; axes' own log of them would keep usernames forever.
 AXES_DISABLE_ACCESS_LOG = True
 AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]

@@ -16,10 +16,13 @@ from rest_framework.request import Request
 
 @runtime_checkable
 class Principal(Protocol):
-    """A non-user caller (an API token) that names itself in the audit trail."""
+    """A non-user caller (an API token) that names itself in the audit trail and holds scopes
+    (``core.scopes.HasScope`` asks it)."""
 
     @property
     def actor(self) -> str: ...
+
+    def has_scope(self, scope: str) -> bool: ...
 
 
 def user_actor(user: Any) -> str:

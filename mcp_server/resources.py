@@ -19,12 +19,14 @@ from django.db import close_old_connections
 from django.http import HttpRequest
 from rest_framework import exceptions
 from rest_framework.request import Request
+from rest_framework.views import APIView
 
+from core import scopes
+from core.actors import Principal
 from pathways.models import Pathway
 from pathways.radar import candidate_radars
-from reasoning.auth import BearerTokenAuthentication, TokenPrincipal
 from reasoning.evaluation.export import facts_of, flow_values, raw_row, steps_of
-from reasoning.models import ApiToken, ReasoningFlow
+from reasoning.models import ReasoningFlow
 
 PATHWAY_TEMPLATE = "pathway://{id}"
 FLOW_TEMPLATE = "flow://{id}"
@@ -46,20 +48,21 @@ NOT_FOUND = -32002
 INVALID = -32602
 
 
-def authenticate(raw: str) -> TokenPrincipal:
-    """The principal of a bearer secret, decided as for every HTTP route
-    (``reasoning.auth.BearerTokenAuthentication``: unknown, revoked, expired, rotated).
-    Raises DRF's ``AuthenticationFailed``."""
+def authenticate(raw: str) -> Principal:
+    """The principal of a bearer secret, decided as for every HTTP route (the API's
+    authentication classes: unknown, revoked, expired, rotated). Raises DRF's
+    ``AuthenticationFailed``."""
     http = HttpRequest()
     http.META["HTTP_AUTHORIZATION"] = f"Bearer {raw}"
     close_old_connections()
     try:
-        found = BearerTokenAuthentication().authenticate(Request(http))
+        request = Request(http, authenticators=APIView().get_authenticators())
+        found = request.user
     finally:
         close_old_connections()
-    if found is None:
+    if not isinstance(found, Principal):
         raise exceptions.AuthenticationFailed("Malformed Authorization header: expected 'Bearer <token>'.")
-    return found[0]
+    return found
 
 
 @dataclass(frozen=True)
@@ -76,8 +79,8 @@ def read_resource(uri: str, token: str | None) -> Contents:
         principal = authenticate(token or "")
     except exceptions.AuthenticationFailed as exc:
         raise ResourceRefused(INVALID, str(exc.detail)) from None
-    if not principal.has_scope(ApiToken.Scope.ADMIN):
-        raise ResourceRefused(INVALID, f"This resource needs the '{ApiToken.Scope.ADMIN}' scope.")
+    if not principal.has_scope(scopes.ADMIN):
+        raise ResourceRefused(INVALID, f"This resource needs the '{scopes.ADMIN}' scope.")
     try:
         pk = uuid.UUID(raw_id)
     except ValueError:

@@ -12,10 +12,10 @@ from rest_framework.response import Response
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit, parse_uuid
 from core.labels import label_schema
+from core.scopes import IsAdmin
 from pathways import services
 from pathways.matcher import Candidate
 from pathways.serializers import HitResponseSerializer, MatchResponseSerializer, PathwayStatsSerializer
-from reasoning.auth import IsAdmin
 
 MAX_MATCH_LIMIT = 50
 NOT_FOUND = OpenApiResponse(OpenApiTypes.OBJECT, description="No pathway with this id.")

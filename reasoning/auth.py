@@ -19,9 +19,10 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
+from core import scopes
+from core.scopes import HasScope
 from reasoning.models import ApiToken
 
 TOKEN_PREFIX = "rft_"  # noqa: S105 - a public prefix, not a secret
@@ -162,44 +163,17 @@ class BearerTokenAuthentication(BaseAuthentication):
         return 'Bearer realm="api"'
 
 
-class _ScopePermission(BasePermission):
-    scope: str = ""
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        if not isinstance(user, TokenPrincipal):
-            raise exceptions.NotAuthenticated()
-        if not user.has_scope(self.scope):
-            self.message = f"This route needs the '{self.scope}' scope."
-            return False
-        return True
+class CanWrite(HasScope):
+    scopes = (ApiToken.Scope.WRITE.value,)
 
 
-class CanWrite(_ScopePermission):
-    scope = ApiToken.Scope.WRITE
+class CanRead(HasScope):
+    scopes = (ApiToken.Scope.READ.value,)
 
 
-class CanRead(_ScopePermission):
-    scope = ApiToken.Scope.READ
-
-
-class IsAdmin(_ScopePermission):
-    scope = ApiToken.Scope.ADMIN
-
-
-class CanReadAudit(_ScopePermission):
-    """The audit log's proofs and events: ``audit.read``, or ``reasoning.admin``."""
-
-    scope = ApiToken.Scope.AUDIT_READ
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        if isinstance(user, TokenPrincipal) and user.has_scope(ApiToken.Scope.ADMIN):
-            return True
-        if super().has_permission(request, view):
-            return True
-        self.message: str = "This route needs the 'audit.read' or 'reasoning.admin' scope."
-        return False
+# The scopes other apps check too live in core.scopes (no app imports this module).
+IsAdmin = scopes.IsAdmin
+CanReadAudit = scopes.CanReadAudit
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):

@@ -17,10 +17,10 @@ from rest_framework.response import Response
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit, parse_uuid
 from core.errors import InvalidInput
+from core.scopes import IsAdmin
 from core.serializers import (
     StrictSerializer,
 )
-from reasoning.auth import IsAdmin
 from reasoning.models import ReasoningFlow
 from research_backlog import services
 from research_backlog.serializers import (

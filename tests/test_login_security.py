@@ -1,4 +1,4 @@
-"""Logins: throttling, their audit events, and session hardening (core/auth_events.py).
+"""Logins: throttling, their audit events, and session hardening (audit/logins.py).
 
 After 10 failures for one username, or from one client address, every login for it is refused
 (429, a page saying when to retry) for LOGIN_LOCKOUT_MINUTES, the right password included, on
@@ -26,8 +26,8 @@ from django.contrib.sessions.models import Session
 from django.test import Client
 from django.urls import reverse
 
+from audit.logins import LAST_SEEN_KEY, address_digest, username_digest
 from audit.models import AuditEvent
-from core.auth_events import LAST_SEEN_KEY, address_digest, username_digest
 from patients.models import Patient
 from tests.factories import PASSWORD
 

@@ -18,9 +18,9 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 
 from audit.actions import Action
+from audit.logins import address_digest
 from audit.models import AuditEvent
 from config.env import env_networks
-from core.auth_events import address_digest
 from tests.factories import PASSWORD
 from tests.servers import Gunicorn
 

@@ -33,7 +33,7 @@ class Command(BaseCommand):
         except exceptions.AuthenticationFailed as exc:
             raise CommandError(f"{TOKEN_VARIABLE}: {exc.detail}") from None
         # stdout is the protocol's: anything else goes to stderr.
-        self.stderr.write(f"MCP server on stdio as {principal.actor} ({', '.join(principal.token.scopes)})")
+        self.stderr.write(f"MCP server on stdio as {principal.actor}")
         connections.close_all()
         anyio.run(self._serve, raw)
 
