@@ -428,6 +428,19 @@ Q_CLUSTER = {
 FLOW_DECAY_HOURS = env_int("FLOW_DECAY_HOURS", 24, minimum=1)
 # Pathway library: the embedding model (pathways.embeddings) and decay thresholds.
 PATHWAY_EMBEDDING_MODEL = env_str("PATHWAY_EMBEDDING_MODEL") or "hash_bucket_v1"
+# The vendors' keys and (for a proxy or a test double) base URLs; pathways.embeddings checks, as
+# the app starts, that the configured model has what it needs.
+OPENAI_API_KEY = env_str("OPENAI_API_KEY") or ""
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or ""
+VOYAGE_API_KEY = env_str("VOYAGE_API_KEY") or ""
+VOYAGE_BASE_URL = env_str("VOYAGE_BASE_URL") or ""
+# What some management commands use as clients of a server (each also as <NAME>_FILE):
+# pathway_inspect's admin token, audit_witness's audit token, reasoning_replay's server and token
+# (the SDK's variables).
+MEMORY_STORE_ADMIN_TOKEN = env_str("MEMORY_STORE_ADMIN_TOKEN") or ""
+AUDIT_TOKEN = env_str("AUDIT_TOKEN") or ""
+REASONING_FLOW_URL = env_str("REASONING_FLOW_URL") or ""
+REASONING_FLOW_TOKEN = env_str("REASONING_FLOW_TOKEN") or ""
 PATHWAY_COLD_DAYS = env_int("PATHWAY_COLD_DAYS", 30, minimum=1)
 PATHWAY_STALE_DAYS = env_int("PATHWAY_STALE_DAYS", 90, minimum=1)
 # The self-improvement loop (research_backlog). Producers run at flow close, default off.
@@ -517,27 +530,10 @@ if not AUDIT_LOG_ORIGIN or not AUDIT_LOG_SIGNING_KEY:
             "when the database is on another host (see docs/audit-log.md, 'Keys')"
         )
     AUDIT_LOG_ORIGIN = AUDIT_LOG_ORIGIN or "localhost/rft-audit-log"
-    if not AUDIT_LOG_SIGNING_KEY:
-        from audit.notes import Signer
-
-        AUDIT_LOG_SIGNING_KEY = _local_secret("audit_log_signing_key", Signer.generate(AUDIT_LOG_ORIGIN).key_string)
+    # Empty: a local run; the audit app generates the key into DATA_DIR at start-up.
 AUDIT_LOG_PREVIOUS_KEYS = env_list("AUDIT_LOG_PREVIOUS_KEYS")
-from audit.notes import NoteError, Signer, Verifier  # noqa: E402 (pure: no Django)
-
-try:
-    _audit_signer = Signer.parse(AUDIT_LOG_SIGNING_KEY)
-except NoteError as exc:
-    raise ImproperlyConfigured(f"AUDIT_LOG_SIGNING_KEY: {exc}") from None
-if _audit_signer.name != AUDIT_LOG_ORIGIN:
-    raise ImproperlyConfigured(
-        f"AUDIT_LOG_SIGNING_KEY is named {_audit_signer.name!r} but AUDIT_LOG_ORIGIN is {AUDIT_LOG_ORIGIN!r}: "
-        "a checkpoint's signing key is named after its log (a local run: delete DATA_DIR/audit_log_signing_key)"
-    )
-for _index, _previous in enumerate(AUDIT_LOG_PREVIOUS_KEYS):
-    try:
-        Verifier.parse(_previous)
-    except NoteError as exc:
-        raise ImproperlyConfigured(f"AUDIT_LOG_PREVIOUS_KEYS entry {_index + 1}: {exc}") from None
+# The keys are parsed and checked against the origin by the audit app as it starts
+# (audit/keys.py): a bad one stops every process, naming the variable.
 # A checkpoint older than this while events wait unsigned makes audit_verify say so.
 AUDIT_CHECKPOINT_MAX_AGE_S = env_float("AUDIT_CHECKPOINT_MAX_AGE_S", 600.0, minimum=60.0)
 

@@ -40,7 +40,6 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from numpy.typing import NDArray
 
-from config.env import env_str
 from core.http import RetriesExhausted, RetryPolicy, RetryWaitTooLong
 
 logger = logging.getLogger(__name__)
@@ -443,14 +442,14 @@ class LocalMiniLMEmbedding:
 
 
 def _api_key(variable: str, model: str) -> str:
-    key = env_str(variable)
+    key: str = getattr(settings, variable, "")
     if not key:
         raise ImproperlyConfigured(f"{variable} (or {variable}_FILE) is required when PATHWAY_EMBEDDING_MODEL={model}")
     return key
 
 
 def _base_url(variable: str) -> str | None:
-    raw = env_str(variable)
+    raw: str = getattr(settings, variable, "")
     if not raw:
         return None
     if not raw.startswith(("https://", "http://")):
@@ -486,19 +485,15 @@ _BUILDERS: dict[str, Callable[[bool], EmbeddingClient]] = {
 
 
 def build_embedding_client(name: str | None = None, *, interactive: bool = False) -> EmbeddingClient:
-    """The client named ``name``, by default settings.PATHWAY_EMBEDDING_MODEL (else the env
-    variable, else hash_bucket_v1).
+    """The client named ``name``, by default settings.PATHWAY_EMBEDDING_MODEL (else
+    hash_bucket_v1).
 
     Raises ImproperlyConfigured naming the variable for an unknown name, a missing
     OPENAI_API_KEY / VOYAGE_API_KEY, or the local model without its extra installed.
     ``interactive`` clients (for request paths) make one short attempt instead of retrying.
     """
     if name is None:
-        name = (
-            getattr(settings, "PATHWAY_EMBEDDING_MODEL", None)
-            or os.environ.get("PATHWAY_EMBEDDING_MODEL")
-            or DEFAULT_MODEL
-        )
+        name = getattr(settings, "PATHWAY_EMBEDDING_MODEL", None) or DEFAULT_MODEL
     builder = _BUILDERS.get(name)
     if builder is None:
         raise ImproperlyConfigured(f"PATHWAY_EMBEDDING_MODEL must be one of {', '.join(_BUILDERS)}; got {name!r}")

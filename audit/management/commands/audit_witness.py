@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from audit import merkle
@@ -32,7 +33,6 @@ from audit.notes import (
     parse_checkpoint,
     parse_note,
 )
-from config.env import env_str
 
 EXIT_FORK = 1
 EXIT_UNREACHABLE = 2
@@ -79,7 +79,7 @@ class Command(BaseCommand):
             verifier = Verifier.parse(key_text)
         except NoteError as exc:
             self._fail(EXIT_UNREACHABLE, f"--key: {exc}")
-        token = options["token"] or env_str("AUDIT_TOKEN") or ""  # or AUDIT_TOKEN_FILE
+        token = options["token"] or settings.AUDIT_TOKEN  # AUDIT_TOKEN or AUDIT_TOKEN_FILE
         note = self._get(f"{base}/audit/v1/checkpoint", token="").decode()
         try:
             signed = parse_note(note)

@@ -11,9 +11,8 @@ import json
 from typing import Any
 
 import httpx
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-
-from config.env import env_str
 
 
 class Command(BaseCommand):
@@ -24,7 +23,7 @@ class Command(BaseCommand):
         parser.add_argument("--base-url", default="http://localhost:8000", help="Server base URL.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        token = env_str("MEMORY_STORE_ADMIN_TOKEN")
+        token = settings.MEMORY_STORE_ADMIN_TOKEN
         if not token:
             raise CommandError("MEMORY_STORE_ADMIN_TOKEN is not set (a token with the reasoning.admin scope)")
         url = options["base_url"].rstrip("/") + "/admin/v1/reasoning/pathways/stats"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from config.env import env_str
 from reasoning import services
 from reasoning.evaluation import EXIT_FAILED, EXIT_USAGE, InputError
 from reasoning.evaluation.invokers import DEFAULT_TIMEOUT, FlowReader, HttpInvoker, ReferenceInvoker, StubInvoker
@@ -92,8 +92,8 @@ class Command(BaseCommand):
             raise usage("--url: only the http invoker POSTs to an agent service")
         if name == "stub":
             return StubInvoker(corpus)
-        server = options["server"] or env_str(URL_VARIABLE) or ""
-        token = options["token"] or env_str(TOKEN_VARIABLE) or ""  # or <NAME>_FILE
+        server = options["server"] or settings.REASONING_FLOW_URL
+        token = options["token"] or settings.REASONING_FLOW_TOKEN  # or <NAME>_FILE
         if not server:
             raise usage(f"--server: the {name} invoker reads the flows back from the server (or set {URL_VARIABLE})")
         if not server.startswith(("http://", "https://")):

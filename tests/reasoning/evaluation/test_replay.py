@@ -293,11 +293,8 @@ def test_the_command_writes_one_json_document() -> None:
         (("--corpus", "/nowhere/corpus.json"), "/nowhere/corpus.json: cannot read the corpus"),
     ],
 )
-def test_usage_errors_exit_2_naming_the_flag(
-    args: tuple[str, ...], message: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("REASONING_FLOW_URL", raising=False)
-    monkeypatch.delenv("REASONING_FLOW_TOKEN", raising=False)
+def test_usage_errors_exit_2_naming_the_flag(args: tuple[str, ...], message: str, settings: Any) -> None:
+    settings.REASONING_FLOW_URL = settings.REASONING_FLOW_TOKEN = ""
     assert message in usage_error(*args)
 
 
@@ -310,9 +307,10 @@ def test_a_case_of_an_unknown_trigger_type_exits_2_naming_the_file(tmp_path: Pat
     assert "trigger_type: 'tea_time' has no signature" in message
 
 
-def test_the_server_and_token_default_to_the_sdk_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("REASONING_FLOW_URL", "http://127.0.0.1:9")  # the discard port: nothing answers
-    monkeypatch.setenv("REASONING_FLOW_TOKEN", "rft_any")
+def test_the_server_and_token_default_to_the_sdk_variables(settings: Any) -> None:
+    # REASONING_FLOW_URL and REASONING_FLOW_TOKEN, as the settings read them.
+    settings.REASONING_FLOW_URL = "http://127.0.0.1:9"  # the discard port: nothing answers
+    settings.REASONING_FLOW_TOKEN = "rft_any"
 
     message = usage_error("--invoker", "http", "--url", "http://127.0.0.1:9/replay")
 
