@@ -25,9 +25,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit import merkle, tree
-from audit.chain import dropped_through
 from audit.checkpoints import latest_checkpoint, verifiers
 from audit.models import AuditCheckpoint
+from audit.verify import dropped_through
 from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit
 from core.errors import InvalidInput, NotFound
 from core.scopes import CanReadAudit

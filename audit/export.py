@@ -32,9 +32,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from audit import tree
-from audit.chain import dropped_through, linked_chunks, read_snapshot
 from audit.checkpoints import verifiers
 from audit.models import AuditCheckpoint
+from audit.verify import dropped_through, linked_chunks, read_snapshot
 
 FORMAT = "rft-audit-export/2"
 # The same, after a prefix dropped by retention: events.txt starts after it.

@@ -33,7 +33,7 @@ from django.conf import settings
 from django.db import connection
 from django_q.tasks import async_task
 
-from audit.chain import verify_chain
+from audit.verify import verify_chain
 from tests import faults_support as faults
 from tests.faults_support import INGEST
 from tests.servers import Gunicorn

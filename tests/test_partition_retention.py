@@ -22,10 +22,11 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from audit.canonical import canonical_bytes
-from audit.chain import chain_all, verify_chain
+from audit.chain import chain_all
 from audit.checkpoints import sign_checkpoint
 from audit.models import AuditDroppedPartition, AuditEvent
 from audit.privileges import as_owner
+from audit.verify import verify_chain
 from core.partitions import create_month, drop, partition_name, partition_names
 from patients.models import Patient
 from patients.services import create_patient, set_legal_hold

@@ -21,9 +21,10 @@ from django.db import DatabaseError, connection, transaction
 
 from audit.actions import Action
 from audit.canonical import canonical_bytes
-from audit.chain import chain_all, verify_chain
+from audit.chain import chain_all
 from audit.models import AuditChainLink, AuditEvent, AuditPending
 from audit.services import record
+from audit.verify import verify_chain
 from tests.conftest import DatabaseClock
 
 

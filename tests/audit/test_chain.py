@@ -20,10 +20,11 @@ from django.db import connection, transaction
 
 from audit.actions import Action
 from audit.canonical import GENESIS_HASH
-from audit.chain import CHAINER_LOCK_KEY, CHAINER_LOOP_LOCK_KEY, chain_all, chain_pending, id_predicate, verify_chain
+from audit.chain import CHAINER_LOCK_KEY, CHAINER_LOOP_LOCK_KEY, chain_all, chain_pending, id_predicate
 from audit.jobs import run_chainer as run_chainer_job
 from audit.models import AuditChainLink, AuditEvent, AuditPending
 from audit.services import record
+from audit.verify import verify_chain
 
 # Generous bound for thread hand-offs; a healthy run takes milliseconds.
 THREAD_TIMEOUT = 60

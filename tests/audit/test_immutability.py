@@ -9,9 +9,10 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from audit.actions import Action
-from audit.chain import chain_all, verify_chain
+from audit.chain import chain_all
 from audit.models import AuditChainLink, AuditEvent
 from audit.services import record
+from audit.verify import verify_chain
 
 
 @pytest.fixture

@@ -27,11 +27,12 @@ from psycopg import sql
 
 from audit.actions import Action
 from audit.canonical import canonical_bytes, format_created_at
-from audit.chain import chain_all, verify_chain
+from audit.chain import chain_all
 from audit.checkpoints import sign_checkpoint
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent
 from audit.privileges import AUDIT_TABLES, application_role, grant_application_role, problems
 from audit.services import record
+from audit.verify import verify_chain
 from config.embedded_pg import APP_ROLE, OWNER_ROLE
 
 pytestmark = pytest.mark.django_db

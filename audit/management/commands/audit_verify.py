@@ -21,8 +21,9 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 from tqdm import tqdm
 
-from audit.chain import VerifyResult, chain_all, verify_chain
+from audit.chain import chain_all
 from audit.tree import tree_size
+from audit.verify import VerifyResult, verify_chain
 
 EXIT_BROKEN = 1
 EXIT_BEHIND = 2
