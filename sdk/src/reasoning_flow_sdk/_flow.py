@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -81,8 +81,19 @@ class Flow:
     ``set_outcome``, else ``flow_completed``), or ``aborted`` when an exception leaves the block
     (the reason is the exception's class name; the exception propagates unchanged)."""
 
-    def __init__(self, recorder: BaseRecorder, fields: dict[str, Any], flow_id: str) -> None:
+    def __init__(
+        self,
+        recorder: BaseRecorder,
+        fields: dict[str, Any],
+        flow_id: str,
+        *,
+        emit: Callable[[Any], None],
+        on_close: Callable[[Flow, Mapping[str, Any]], None],
+    ) -> None:
         self.recorder = recorder
+        # What the recorder gave this flow to report with: each record, and its close.
+        self._emit = emit
+        self._on_close = on_close
         self.id = flow_id
         self.trace_id: str = fields["trace_id"]
         self.agent: str | None = fields.get("agent") or None
@@ -132,7 +143,7 @@ class Flow:
             if extra:
                 record["extra_parent_ids"] = extra
             self.step_count += 1
-            self.recorder._record(("step", self.id, record))
+            self._emit(("step", self.id, record))
         except Exception:  # never raise into the agent
             logger.exception("could not record a reasoning step")
         return Step(self, sid, kind)
@@ -200,8 +211,8 @@ class Flow:
                 return
             self.closed = True
             close["ended_at"] = _now()
-            self.recorder._record(("close", self.id, close))
-            self.recorder._flow_closed(self, close)
+            self._emit(("close", self.id, close))
+            self._on_close(self, close)
         except Exception:
             logger.exception("could not record a flow close")
 

@@ -80,13 +80,13 @@ class BaseRecorder:
                 "dispatched_from_backlog": dispatched_from_backlog,
             }
             fields.update({name: value for name, value in optional.items() if value not in (None, "")})
-            flow = Flow(self, fields, fid)
+            flow = self._new_flow(fields, fid)
             self._remember(fid, trigger_type)
             self._record(("open", fid, fields))
             return flow
         except Exception:
             logger.exception("could not record a flow")
-            return Flow(self, fields, fid)
+            return self._new_flow(fields, fid)
 
     def decision(
         self,
@@ -153,6 +153,9 @@ class BaseRecorder:
 
     def refused(self, flow_id: str | uuid.UUID) -> bool:
         return False
+
+    def _new_flow(self, fields: dict[str, Any], flow_id: str) -> Flow:
+        return Flow(self, fields, flow_id, emit=self._record, on_close=self._flow_closed)
 
     # --- what subclasses implement -------------------------------------------------------
     def _record(self, record: Record) -> None:
