@@ -24,7 +24,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from patients.models import Patient
-from tests.factories import PASSWORD, logged_in, open_flow
+from tests.factories import NOW, PASSWORD, logged_in, open_flow
 from tests.fakes import Sleeps
 
 # Installed before any instrument records: reasoning.metrics' proxy instruments bind to it.
@@ -274,3 +274,28 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("faults: nothing acknowledged may be lost or duplicated")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+# --- Shared helpers: audit events, a frozen clock ----------------------------------------------
+
+
+def events(action: str, target_id: object | None = None) -> list[AuditEvent]:
+    """The audit events of ``action`` (of one target when given), oldest first."""
+    found = AuditEvent.objects.filter(action=action)
+    if target_id is not None:
+        found = found.filter(target_id=str(target_id))
+    return list(found.order_by("id"))
+
+
+@pytest.fixture
+def clock_start() -> datetime:
+    """When ``clock`` freezes time: ``tests.factories.NOW``. A module that needs another moment
+    overrides this fixture."""
+    return NOW
+
+
+@pytest.fixture
+def clock(clock_start: datetime) -> Iterator[time_machine.Coordinates]:
+    """Time frozen at ``clock_start`` (``tick=False``); ``clock.move_to``/``shift`` move it."""
+    with time_machine.travel(clock_start, tick=False) as traveller:
+        yield traveller

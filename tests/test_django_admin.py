@@ -27,6 +27,7 @@ from patients.models import Patient
 from patients.services import create_patient
 from reasoning.models import ApiToken, ReasoningFlow
 from reasoning.services import create_api_token
+from tests.conftest import events
 from tests.factories import add_step, logged_in, make_flow
 from tests.html import doc, parse
 
@@ -50,10 +51,6 @@ def staff_client() -> Client:
         *Permission.objects.filter(content_type__app_label="patients", codename__in=["view_patient", "change_patient"])
     )
     return logged_in(user)
-
-
-def events(action: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=action).order_by("id"))
 
 
 def change_url(model: str, pk: object) -> str:

@@ -14,13 +14,11 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import time_machine
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.test import Client
@@ -29,6 +27,7 @@ from django.urls import reverse
 from audit.logins import LAST_SEEN_KEY, address_digest, username_digest
 from audit.models import AuditEvent
 from patients.models import Patient
+from tests.conftest import events
 from tests.factories import PASSWORD
 
 pytestmark = pytest.mark.django_db
@@ -60,14 +59,9 @@ def logged_in_as(client: Client) -> str | None:
     return str(value) if value is not None else None
 
 
-def events(action: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=action).order_by("id"))
-
-
 @pytest.fixture
-def clock() -> Iterator[Any]:
-    with time_machine.travel(datetime.now(UTC), tick=False) as traveller:
-        yield traveller
+def clock_start() -> datetime:
+    return datetime.now(UTC)
 
 
 # --- Throttling ------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,12 +26,6 @@ pytestmark = pytest.mark.django_db
 MATCH_URL = "/admin/v1/reasoning/pathways/match"
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 QUERY_TYPE = "user_question"
-
-
-@pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    with time_machine.travel(NOW, tick=False) as traveller:
-        yield traveller
 
 
 def get_candidates(operator: APIClient, trigger_type: str = QUERY_TYPE, trigger_ref: str = "") -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ from django.db import IntegrityError, transaction
 from pytest_django import DjangoCaptureOnCommitCallbacks
 from rest_framework.test import APIClient
 
-from audit.models import AuditEvent
 from core.errors import NotFound
 from pathways import services
 from pathways.models import Pathway
@@ -19,6 +18,7 @@ from pathways.services import extract_pathway
 from reasoning import close_work
 from reasoning.close_work import owed_for
 from reasoning.models import ReasoningFlow
+from tests.conftest import events
 from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
@@ -52,10 +52,6 @@ def close(
     with capture(execute=True):
         response = agent.patch(f"{FLOWS_URL}/{flow_id}", body or COMPLETE, format="json")
     assert response.status_code == 200, response.content
-
-
-def events(action: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=action).order_by("id"))
 
 
 # --- Qualification ----------------------------------------------------------------------

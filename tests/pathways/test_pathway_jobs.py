@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -15,13 +15,13 @@ from django.db.models import QuerySet
 from django_q.models import Schedule
 from pytest_django import Settings
 
-from audit.models import AuditEvent
 from pathways import jobs
 from pathways.embeddings import EMBEDDING_DIMENSIONS, EmbeddingError, HashBucketEmbedding, pathway_text
 from pathways.jobs import backfill_embeddings, decay_pathways
 from pathways.matcher import match
 from pathways.models import Pathway
 from pathways.services import demote_batch, record_hit
+from tests.conftest import events
 from tests.factories import make_pathway
 
 pytestmark = pytest.mark.django_db
@@ -39,16 +39,6 @@ def hit(pathway: Pathway) -> None:
 
 def fresh(pathway: Pathway) -> Pathway:
     return Pathway.objects.get(pk=pathway.pk)
-
-
-def events(action: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=action).order_by("id"))
-
-
-@pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    with time_machine.travel(T0, tick=False) as traveller:
-        yield traveller
 
 
 class AltHashEmbedding(HashBucketEmbedding):

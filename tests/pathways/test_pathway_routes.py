@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -13,10 +13,10 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from audit.models import AuditEvent
 from pathways.embeddings import HashBucketEmbedding
 from pathways.jobs import backfill_embeddings
 from pathways.models import Pathway
+from tests.conftest import events
 from tests.factories import make_pathway
 
 pytestmark = pytest.mark.django_db
@@ -29,10 +29,6 @@ def hit_url(pathway_id: object) -> str:
     return f"/admin/v1/reasoning/pathways/{pathway_id}/hit"
 
 
-def events(action: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=action).order_by("id"))
-
-
 @pytest.fixture
 def library() -> dict[str, Pathway]:
     return {
@@ -41,12 +37,6 @@ def library() -> dict[str, Pathway]:
         "type_only": make_pathway(trigger_ref="pharmacy/refill", hit_count=9),
         "other_type": make_pathway(trigger_type="lab_result", trigger_ref="benchmark/run-7/case-3", hit_count=1),
     }
-
-
-@pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    with time_machine.travel(NOW, tick=False) as traveller:
-        yield traveller
 
 
 # --- GET match ----------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,9 +24,8 @@ UNDONE = "admin.reasoning.pathway.reuse_undone"
 
 
 @pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    with time_machine.travel(NOW, tick=False) as traveller:
-        yield traveller
+def clock_start() -> datetime:
+    return NOW
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit.models import AuditEvent
 from processors.models import Processor
 from processors.services import register, set_status
 
@@ -15,7 +14,3 @@ def registered(key: str, status: str, **agreement: Any) -> Processor:
     if status == Processor.Status.PENDING_COMPLIANCE and not agreement:
         return Processor.objects.get(key=key)
     return set_status(key, status, actor="system:test", reason="test set-up", **agreement)
-
-
-def events(action: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=action).order_by("id"))

@@ -10,7 +10,7 @@ from django.test import Client
 
 from processors.models import Processor
 from processors.services import register
-from tests.processors.support import events
+from tests.conftest import events
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,8 @@ from django.test.utils import CaptureQueriesContext
 
 from processors.models import Processor, ProcessorRefusal
 from processors.services import ProcessorNotActive, check_outbound
-from tests.processors.support import events, registered
+from tests.conftest import events
+from tests.processors.support import registered
 
 pytestmark = pytest.mark.django_db
 

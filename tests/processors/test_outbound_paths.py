@@ -15,9 +15,10 @@ from processors.models import Processor
 from research_backlog import jobs
 from research_backlog.dispatcher import WebhookDispatcher
 from research_backlog.models import ResearchRequest
+from tests.conftest import events
 from tests.factories import make_pathway, make_request
 from tests.fakes import FakeServer, Received, Reply, Sleeps, serve_fake
-from tests.processors.support import events, registered
+from tests.processors.support import registered
 
 pytestmark = pytest.mark.django_db
 

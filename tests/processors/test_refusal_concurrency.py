@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from processors.services import ProcessorNotActive, check_outbound
-from tests.processors.support import events
+from tests.conftest import events
 
 WAIT_S = 30.0
 

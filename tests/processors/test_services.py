@@ -9,7 +9,7 @@ import pytest
 from core.errors import InvalidInput, NotFound
 from processors.models import Processor
 from processors.services import register, set_status
-from tests.processors.support import events
+from tests.conftest import events
 
 pytestmark = pytest.mark.django_db
 

@@ -21,12 +21,12 @@ from django.utils import timezone
 from pytest_django import DjangoCaptureOnCommitCallbacks
 from rest_framework.test import APIClient
 
-from audit.models import AuditEvent
 from pathways import services as pathway_services
 from pathways.models import Pathway
 from reasoning import close_work
 from reasoning.models import CloseWork
 from research_backlog.models import ResearchRequest
+from tests.conftest import events
 from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
@@ -49,13 +49,6 @@ def open_with_step(agent: APIClient, by: str = "orchestrator", confidence: float
 def close(agent: APIClient, flow_id: str, body: dict[str, Any] = QUALIFYING) -> None:
     response = agent.patch(f"{FLOWS}/{flow_id}", body, format="json")
     assert response.status_code == 200, response.content
-
-
-def events(action: str, flow_id: str | None = None) -> list[AuditEvent]:
-    found = AuditEvent.objects.filter(action=action)
-    if flow_id is not None:
-        found = found.filter(target_id=flow_id)
-    return list(found.order_by("id"))
 
 
 def owed(flow_id: str) -> list[tuple[str, int, str, bool]]:

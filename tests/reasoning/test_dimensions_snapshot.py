@@ -7,7 +7,6 @@ a ``reasoning.read`` token bound to a consenting patient.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -63,9 +62,8 @@ def scores(radar: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 @pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    with time_machine.travel(T0, tick=False) as traveller:
-        yield traveller
+def clock_start() -> datetime:
+    return T0
 
 
 def read_dimensions(patient_app: APIClient, flow_id: str) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow
+from tests.conftest import events
 from tests.factories import add_step
 
 pytestmark = pytest.mark.django_db
@@ -21,10 +21,6 @@ ABORT = {"flow_state": "aborted", "abort_reason": "tool_error"}
 
 def flow_url(flow_id: str) -> str:
     return f"/api/reasoning/flows/{flow_id}"
-
-
-def events(action: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=action).order_by("id"))
 
 
 def test_complete_is_200_and_sets_closed_at_and_outcome(agent: APIClient, flow: dict[str, Any]) -> None:

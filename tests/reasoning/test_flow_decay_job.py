@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -17,18 +16,13 @@ from audit.models import AuditEvent
 from reasoning.jobs import decay_stale_flows
 from reasoning.management.commands.setup_schedules import collect_schedules
 from reasoning.models import ReasoningFlow
+from tests.conftest import events
 from tests.factories import open_flow
 
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 ACTOR = "system:reasoning_flow_decay"
-
-
-@pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    with time_machine.travel(NOW, tick=False) as traveller:
-        yield traveller
 
 
 def open_flow_at(client: APIClient, clock: time_machine.Coordinates, age: timedelta, **fields: Any) -> str:
@@ -41,10 +35,6 @@ def open_flow_at(client: APIClient, clock: time_machine.Coordinates, age: timede
 
 def state_of(flow_id: str) -> ReasoningFlow:
     return ReasoningFlow.objects.get(pk=flow_id)
-
-
-def events(action: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=action).order_by("id"))
 
 
 def test_flow_active_for_25_hours_is_aborted_with_reason_timeout(

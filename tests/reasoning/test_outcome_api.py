@@ -9,8 +9,8 @@ import pytest
 from django.db import IntegrityError, InternalError, connection, transaction
 from rest_framework.test import APIClient
 
-from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow
+from tests.conftest import events
 
 pytestmark = pytest.mark.django_db
 
@@ -35,10 +35,6 @@ def closed(agent: APIClient, flow: dict[str, Any]) -> str:
     close(agent, flow["id"])
     flow_id: str = flow["id"]
     return flow_id
-
-
-def events() -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=ACTION).order_by("id"))
 
 
 def test_record_is_200_with_the_flow_carrying_the_outcome(agent: APIClient, closed: str) -> None:
@@ -92,7 +88,7 @@ def test_record_twice_is_409_and_keeps_the_first(agent: APIClient, closed: str, 
     assert "already recorded" in again.json()["detail"]
     stored = ReasoningFlow.objects.get(pk=closed)
     assert (stored.outcome, stored.outcome_correct) == ("first_outcome", first)
-    assert len(events()) == 1
+    assert len(events(ACTION)) == 1
 
 
 def test_active_flow_is_409_and_writes_nothing(agent: APIClient, flow: dict[str, Any]) -> None:
@@ -101,14 +97,14 @@ def test_active_flow_is_409_and_writes_nothing(agent: APIClient, flow: dict[str,
     assert response.status_code == 409, response.content
     assert "still active" in response.json()["detail"]
     assert ReasoningFlow.objects.get(pk=flow["id"]).outcome_recorded_at is None
-    assert events() == []
+    assert events(ACTION) == []
 
 
 def test_unknown_flow_is_404(agent: APIClient) -> None:
     response = agent.post(outcome_url(uuid.uuid4()), {"outcome": "x", "correct": True}, format="json")
 
     assert response.status_code == 404
-    assert events() == []
+    assert events(ACTION) == []
 
 
 def test_malformed_flow_id_is_400_naming_it(agent: APIClient) -> None:
@@ -125,7 +121,7 @@ def test_correct_that_is_not_a_boolean_or_null_is_400_naming_it(agent: APIClient
     assert response.status_code == 400, response.content
     assert list(response.json()) == ["correct"]
     assert ReasoningFlow.objects.get(pk=closed).outcome_recorded_at is None
-    assert events() == []
+    assert events(ACTION) == []
 
 
 @pytest.mark.parametrize(
@@ -163,13 +159,13 @@ def test_outcome_the_guard_refuses_is_400_naming_the_rule_never_the_text(
     assert f"rule: {rule}" in message
     assert text not in response.content.decode()
     assert ReasoningFlow.objects.get(pk=closed).outcome_recorded_at is None
-    assert events() == []
+    assert events(ACTION) == []
 
 
 def test_audit_event_carries_correct_and_no_text(agent: APIClient, closed: str) -> None:
     agent.post(outcome_url(closed), {"outcome": "Booked a follow-up visit", "correct": False}, format="json")
 
-    (event,) = events()
+    (event,) = events(ACTION)
     assert event.actor == "token:agent"
     assert (event.target_type, event.target_id) == ("reasoning.reasoningflow", closed)
     assert event.payload == {"correct": False, "flow_state": "completed"}
@@ -181,7 +177,7 @@ def test_wrong_scope_is_403_and_no_token_is_401(reader: APIClient, anonymous: AP
 
     assert reader.post(outcome_url(closed), body, format="json").status_code == 403
     assert anonymous.post(outcome_url(closed), body, format="json").status_code == 401
-    assert events() == []
+    assert events(ACTION) == []
 
 
 # --- The database refuses a change, whoever asks ---------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -21,6 +21,7 @@ from audit.services import record as audit_record
 from patients.models import Patient
 from reasoning.jobs import purge_reasoning_content
 from reasoning.models import ReasoningStep
+from tests.conftest import events
 from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
@@ -44,9 +45,8 @@ def cot_reader(make_token: Callable[..., str], client_for: Callable[[str | None]
 
 
 @pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    with time_machine.travel(NOW, tick=False) as traveller:
-        yield traveller
+def clock_start() -> datetime:
+    return NOW
 
 
 def step_body(summary: str = "Weighed the evidence", **fields: Any) -> dict[str, Any]:
@@ -82,10 +82,6 @@ def audit_text() -> str:
         parts.append(json.dumps(payload))  # escaped form too
         parts.append(bytes(canonical).decode())
     return "\n".join(parts)
-
-
-def events(action: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=action).order_by("id"))
 
 
 # --- Stored encrypted, with its count ---------------------------------------------------------

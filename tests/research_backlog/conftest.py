@@ -6,17 +6,3 @@ of the trail, and that concurrent pullers never share a row.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
-
-import pytest
-import time_machine
-
-from tests.factories import NOW
-
-
-@pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    """Time frozen at ``tests.factories.NOW``. test_jobs and test_console define their own ``clock``."""
-    with time_machine.travel(NOW, tick=False) as traveller:
-        yield traveller

@@ -39,10 +39,6 @@ def review_url(review_id: object) -> str:
     return f"{REVIEWS_URL}/{review_id}"
 
 
-def events(action: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=action).order_by("id"))
-
-
 def state() -> dict[str, Any]:
     """Every row of both queues and every audit event id: equal before and after means nothing was written."""
     return {

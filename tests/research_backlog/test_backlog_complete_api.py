@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from research_backlog.models import ResearchRequest
+from tests.conftest import events
 from tests.factories import NOW, QUESTION, make_request
 from tests.research_backlog.support import (
     COMPLETED,
@@ -22,7 +23,6 @@ from tests.research_backlog.support import (
     NOW_JSON,
     OPERATOR,
     complete_url,
-    events,
     state,
 )
 

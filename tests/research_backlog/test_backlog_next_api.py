@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from research_backlog import services
 from research_backlog.models import ResearchRequest
+from tests.conftest import events
 from tests.factories import NOW, QUESTION, make_request
 from tests.research_backlog.support import (
     DISPATCHED,
@@ -18,7 +19,6 @@ from tests.research_backlog.support import (
     NOW_JSON,
     OPERATOR,
     audit_trail_text,
-    events,
     run_together,
     state,
 )

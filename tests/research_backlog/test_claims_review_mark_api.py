@@ -10,17 +10,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from research_backlog.models import ClaimReview
+from tests.conftest import events
 from tests.factories import make_review
-from tests.research_backlog.support import (
-    MARKED,
-    NOW_JSON,
-    OPERATOR,
-    REVIEWS_URL,
-    events,
-    review_url,
-    run_together,
-    state,
-)
+from tests.research_backlog.support import MARKED, NOW_JSON, OPERATOR, REVIEWS_URL, review_url, run_together, state
 
 pytestmark = pytest.mark.django_db
 

@@ -10,6 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from research_backlog.models import ClaimReview
+from tests.conftest import events
 from tests.factories import NOW, make_review
 from tests.research_backlog.support import (
     NOTE,
@@ -18,7 +19,6 @@ from tests.research_backlog.support import (
     RESOLVED,
     REVIEWS_URL,
     audit_trail_text,
-    events,
     raw_column,
     review_url,
     state,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from io import StringIO
@@ -30,6 +30,7 @@ from research_backlog.dispatcher import DispatchResult
 from research_backlog.health import backlog_status, loop_health
 from research_backlog.jobs import consume, consume_if_enabled, purge_expired, sweep_stale
 from research_backlog.models import ResearchRequest
+from tests.conftest import events
 from tests.factories import make_flow
 
 pytestmark = pytest.mark.django_db
@@ -46,12 +47,6 @@ TARGET_TYPE = "research_backlog.researchrequest"
 STATUSES = ["pending", "dispatched", "completed", "failed_voluntary", "failed_after_retries"]
 NO_COUNTS = {"pulled": 0, "completed": 0, "failed": 0, "accepted": 0, "lost": 0}
 _topics = itertools.count()
-
-
-@pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    with time_machine.travel(T0, tick=False) as traveller:
-        yield traveller
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -135,10 +130,6 @@ def snapshot(row: ResearchRequest) -> tuple[Any, ...]:
         stored.failure_reason,
         stored.completed_flow_id,
     )
-
-
-def events(action: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=action).order_by("id"))
 
 
 def last_event_id() -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -43,12 +42,6 @@ def csrf_client(operator_user: User) -> Client:
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator_user)
     return client
-
-
-@pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    with time_machine.travel(NOW, tick=False) as traveller:
-        yield traveller
 
 
 @pytest.fixture

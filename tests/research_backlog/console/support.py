@@ -110,10 +110,6 @@ def submit(
     return client.get(action, data, headers=headers)
 
 
-def events(action: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action=action).order_by("id"))
-
-
 def audit_trail_text() -> str:
     """Every audit event, its payload and the canonical bytes that get hashed."""
     with connection.cursor() as cursor:

@@ -8,18 +8,10 @@ import pytest
 import time_machine
 from django.test import Client
 
+from tests.conftest import events
 from tests.factories import QUESTION, make_request
 from tests.html import doc
-from tests.research_backlog.console.support import (
-    BACKLOG,
-    BACKLOG_READ,
-    HTMX,
-    NOW,
-    chips,
-    events,
-    facts,
-    place_failures,
-)
+from tests.research_backlog.console.support import BACKLOG, BACKLOG_READ, HTMX, NOW, chips, facts, place_failures
 
 pytestmark = pytest.mark.django_db
 

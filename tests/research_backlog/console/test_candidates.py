@@ -9,6 +9,7 @@ from django.test import Client
 
 from pathways.matcher import LABEL_ONLY
 from pathways.models import Pathway
+from tests.conftest import events
 from tests.html import doc
 from tests.research_backlog.console.support import (
     CANDIDATES,
@@ -19,7 +20,6 @@ from tests.research_backlog.console.support import (
     add_seed_steps,
     candidate_rows,
     console_url,
-    events,
     form_fields,
     reuse_url,
 )

@@ -7,6 +7,7 @@ from django.test import Client
 
 from pathways.models import Pathway
 from research_backlog.models import ResearchRequest
+from tests.conftest import events
 from tests.factories import QUESTION
 from tests.html import doc
 from tests.research_backlog.console.support import (
@@ -18,7 +19,6 @@ from tests.research_backlog.console.support import (
     audit_trail_text,
     console_url,
     deeper_form_on_page,
-    events,
     form_fields,
     messages_on,
     submit,

@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 
 from pathways.models import Pathway
+from tests.conftest import events
 from tests.html import doc
 from tests.research_backlog.console.support import (
     COMPARE,
@@ -17,7 +18,6 @@ from tests.research_backlog.console.support import (
     HTMX,
     candidate_rows,
     console_url,
-    events,
     form_fields,
     messages_on,
     reuse_form_on_page,

@@ -16,6 +16,7 @@ from reasoning import services as reasoning_services
 from reasoning.models import ReasoningFlow
 from research_backlog import services
 from research_backlog.models import ClaimReview
+from tests.conftest import events
 from tests.factories import make_flow, make_review
 from tests.html import doc
 from tests.research_backlog.console.support import (
@@ -27,7 +28,6 @@ from tests.research_backlog.console.support import (
     REVIEWS,
     REVIEWS_LISTED,
     audit_trail_text,
-    events,
     messages_on,
     pending_ids,
     review_form_on_page,

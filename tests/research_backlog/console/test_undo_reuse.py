@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from pathways.models import Pathway, PathwayHit
+from tests.conftest import events
 from tests.factories import PASSWORD, logged_in
 from tests.html import Element, doc
 from tests.research_backlog.console.support import (
@@ -19,7 +20,6 @@ from tests.research_backlog.console.support import (
     NOW,
     REUSE_UNDONE,
     console_url,
-    events,
     form_fields,
     messages_on,
     reuse_form_on_page,
