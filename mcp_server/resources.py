@@ -120,7 +120,7 @@ def pathway_resource(pk: uuid.UUID) -> dict[str, Any]:
 def flow_resource(pk: uuid.UUID) -> dict[str, Any]:
     """A completed flow as one PHI-safe raw export row (docs/evaluation.md, "The raw export row"):
     summaries only when they passed the guard, back-references as booleans, no step content."""
-    rows = list(flow_values(ReasoningFlow.objects.filter(pk=pk, flow_state=ReasoningFlow.State.COMPLETED)))
+    rows = list(flow_values(ReasoningFlow.objects.completed().filter(pk=pk)))
     if not rows:
         raise ResourceRefused(NOT_FOUND, f"No completed flow {pk} (the projection covers completed flows).")
     (row,) = rows

@@ -16,7 +16,7 @@ def load_demo_data() -> str:
     """Extract a pathway from every qualifying demo flow (closing a flow usually has done
     it already), then give the demo pathways a few reuses once, so the library shows
     mature and growing families. Idempotent."""
-    flows = ReasoningFlow.objects.filter(trace_id__startswith="demo-trace-", flow_state=ReasoningFlow.State.COMPLETED)
+    flows = ReasoningFlow.objects.completed().filter(trace_id__startswith="demo-trace-")
     new = 0
     for flow in flows.order_by("created_at"):
         # Only qualifying flows without a pathway: a skipped extraction would audit again on every run.

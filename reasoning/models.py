@@ -19,6 +19,12 @@ class FlowQuerySet(models.QuerySet["ReasoningFlow"]):
     def active(self) -> FlowQuerySet:
         return self.filter(flow_state=ReasoningFlow.State.ACTIVE)
 
+    def completed(self) -> FlowQuerySet:
+        return self.filter(flow_state=ReasoningFlow.State.COMPLETED)
+
+    def aborted(self) -> FlowQuerySet:
+        return self.filter(flow_state=ReasoningFlow.State.ABORTED)
+
     def stale(self, older_than: datetime) -> FlowQuerySet:
         """Active flows opened before ``older_than``: the decay job's candidates."""
         return self.active().filter(created_at__lt=older_than)

@@ -32,7 +32,7 @@ def load_demo_data() -> str:
     done = services.pull_next(actor=DEMO_ACTOR)
     failed = services.pull_next(actor=DEMO_ACTOR)
     services.pull_next(actor=DEMO_ACTOR)  # stays dispatched
-    result = ReasoningFlow.objects.filter(trace_id__startswith="demo-trace-", flow_state="completed").first()
+    result = ReasoningFlow.objects.completed().filter(trace_id__startswith="demo-trace-").first()
     if done:
         services.complete(done.pk, actor=DEMO_ACTOR, flow_id=result.pk if result else None)
     if failed:

@@ -89,7 +89,7 @@ def candidates(filters: ExportFilters, *, chunk_size: int = CHUNK_SIZE) -> Candi
     """The chosen and rejected flows ``filters`` select (step 1 of the rule)."""
     found = Candidates()
     flows = filters.window(ReasoningFlow.objects.all())
-    completed = _candidate_values(flows.filter(flow_state=ReasoningFlow.State.COMPLETED)).order_by("closed_at", "id")
+    completed = _candidate_values(flows.completed()).order_by("closed_at", "id")
     for chunk in chunks(completed.iterator(chunk_size=chunk_size), chunk_size):
         facts = facts_of(chunk)
         for flow in chunk:
@@ -100,7 +100,7 @@ def candidates(filters: ExportFilters, *, chunk_size: int = CHUNK_SIZE) -> Candi
                 found.rejected.append(_candidate(flow))
             elif fact.hit_count >= 1 and filters.accepts_outcome(flow["outcome_type"], flow["outcome_confidence"]):
                 found.chosen.append(_candidate(flow))
-    aborted = _candidate_values(flows.filter(flow_state=ReasoningFlow.State.ABORTED)).order_by("closed_at", "id")
+    aborted = _candidate_values(flows.aborted()).order_by("closed_at", "id")
     found.rejected.extend(_candidate(flow) for flow in aborted.iterator(chunk_size=chunk_size))
     return found
 

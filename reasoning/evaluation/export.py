@@ -118,7 +118,7 @@ class ExportFilters:
 
 def completed_flows(filters: ExportFilters) -> FlowQuerySet:
     """The flows the raw export writes, oldest close first."""
-    flows = filters.outcome(filters.window(ReasoningFlow.objects.filter(flow_state=ReasoningFlow.State.COMPLETED)))
+    flows = filters.outcome(filters.window(ReasoningFlow.objects.completed()))
     return flows.order_by("closed_at", "id")
 
 
