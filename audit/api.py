@@ -28,7 +28,7 @@ from audit import merkle, tree
 from audit.checkpoints import latest_checkpoint, verifiers
 from audit.models import AuditCheckpoint
 from audit.verify import dropped_through
-from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit
+from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit, parse_whole_number
 from core.errors import InvalidInput, NotFound
 from core.scopes import CanReadAudit
 
@@ -43,17 +43,7 @@ def b64(raw: bytes) -> str:
 
 
 def _int(params: Any, name: str, *, minimum: int, required: bool = True) -> int | None:
-    raw = params.get(name)
-    if raw is None:
-        if required:
-            raise InvalidInput("is required", field=name)
-        return None
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
-        raise InvalidInput("must be a whole number", field=name)
-    value = int(raw)
-    if value < minimum:
-        raise InvalidInput(f"must be at least {minimum}", field=name)
-    return value
+    return parse_whole_number(params.get(name), name, minimum=minimum, required=required)
 
 
 def _int_schema(minimum: int) -> dict[str, Any]:

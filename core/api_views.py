@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
-from django.utils.dateparse import parse_datetime
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
@@ -202,21 +203,47 @@ def in_utc(value: datetime, field: str) -> datetime:
         raise InvalidInput("is out of range", field=field) from None
 
 
-def parse_instant(raw: str | None, field: str) -> datetime | None:
-    """A query parameter holding an ISO 8601 date-time with an offset, in UTC; None when absent or
-    empty (a filter form's empty field)."""
+def parse_instant(raw: str | None, field: str, *, dates: bool = False, naive: bool = False) -> datetime | None:
+    """An ISO 8601 date-time with an offset, in UTC; None when absent or empty (a filter form's
+    empty field). ``dates``: a date alone is accepted too, as its midnight in ``TIME_ZONE``;
+    ``naive``: a date-time without an offset is read in ``TIME_ZONE`` (a command line's habit).
+    Anything else is an ``InvalidInput`` naming ``field``."""
     raw = (raw or "").strip()
     if not raw:
         return None
+    value: datetime | None
     try:
-        value = parse_datetime(raw)
+        day = parse_date(raw) if dates else None
+        value = timezone.make_aware(datetime.combine(day, time.min)) if day is not None else parse_datetime(raw)
     except ValueError:
         value = None
+    if dates and (value is None or (value.tzinfo is None and not naive)):
+        offset = "" if naive else " with an offset"
+        raise InvalidInput(
+            f"must be an ISO 8601 date (2026-03-01) or date-time{offset} (2026-03-01T09:00:00Z)", field=field
+        )
     if value is None:
         raise InvalidInput("must be an ISO 8601 date-time, e.g. 2026-03-01T09:00:00Z", field=field)
-    if value.tzinfo is None:
+    if value.tzinfo is None and not naive:
         raise InvalidInput("must carry a time zone offset, e.g. 2026-03-01T09:00:00Z", field=field)
+    if value.tzinfo is None:
+        value = timezone.make_aware(value)
     return in_utc(value, field)
+
+
+def parse_whole_number(raw: str | None, field: str, *, minimum: int, required: bool = True) -> int | None:
+    """A query parameter holding a whole number of at most 18 digits, at least ``minimum``; None
+    when absent and not ``required``."""
+    if raw is None:
+        if required:
+            raise InvalidInput("is required", field=field)
+        return None
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+        raise InvalidInput("must be a whole number", field=field)
+    value = int(raw)
+    if value < minimum:
+        raise InvalidInput(f"must be at least {minimum}", field=field)
+    return value
 
 
 def parse_flag(raw: str | None, field: str) -> bool:

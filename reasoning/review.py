@@ -23,17 +23,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, time
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
 from django.db.models.functions import Coalesce
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 
-from core.api_views import in_utc
+from core.api_views import parse_instant
 from core.cursors import decode_cursor, encode_cursor, moment
-from core.errors import InvalidInput
 from reasoning.models import ReasoningFlow, ReasoningStep
 
 MAX_QUESTIONS = 3
@@ -154,22 +151,7 @@ class ReviewPage:
 
 def parse_since(raw: str | None) -> datetime | None:
     """An ISO 8601 date (its midnight in ``TIME_ZONE``) or a date-time with an offset."""
-    raw = (raw or "").strip()
-    if not raw:
-        return None
-    try:
-        day = parse_date(raw)
-        if day is not None:
-            return timezone.make_aware(datetime.combine(day, time.min))
-        value = parse_datetime(raw)
-    except ValueError:
-        value = None
-    if value is None or value.tzinfo is None:
-        raise InvalidInput(
-            "must be an ISO 8601 date (2026-03-01) or date-time with an offset (2026-03-01T09:00:00Z)",
-            field="since",
-        )
-    return in_utc(value, "since")
+    return parse_instant(raw, "since", dates=True)
 
 
 def review(agent: str, *, since: datetime | None, limit: int, cursor: str = "") -> ReviewPage:

@@ -17,10 +17,11 @@ from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
-from django.utils import timezone
 from tqdm import tqdm
 
 from audit.services import payload_float
+from core.api_views import parse_instant
+from core.errors import InvalidInput
 from core.labels import LABEL_PATTERN
 from core.replica import replica_reads
 from reasoning import services
@@ -46,13 +47,10 @@ class Request:
 
 def parse_when(flag: str, value: str | None) -> datetime | None:
     """An ISO 8601 date (its midnight in settings.TIME_ZONE) or datetime (naive: in TIME_ZONE)."""
-    if value is None:
-        return None
     try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
+        return parse_instant(value, flag, dates=True, naive=True)
+    except InvalidInput:
         raise InputError(f"{flag}: {value!r} is not an ISO 8601 date or datetime (e.g. 2026-03-01)") from None
-    return timezone.make_aware(when) if timezone.is_naive(when) else when
 
 
 def parse_labels(flag: str, values: Iterable[str] | None) -> tuple[str, ...]:
