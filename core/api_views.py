@@ -182,6 +182,26 @@ def with_next_page(request: Request, response: Response, next_cursor: str | None
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
 
 
+# A cursor-paged list: the ``cursor`` it takes and the headers of its answer (core.cursors).
+CURSOR_PARAMETER = OpenApiParameter(
+    "cursor",
+    str,
+    description="Opaque: the `X-Next-Cursor` of the previous page (with the same filters); omit it at first.",
+)
+NEXT_PAGE_HEADERS = [
+    OpenApiParameter(
+        "X-Next-Cursor",
+        str,
+        OpenApiParameter.HEADER,
+        response=[200],
+        description="The `cursor` of the next page; absent on the last page.",
+    ),
+    OpenApiParameter(
+        "Link", str, OpenApiParameter.HEADER, response=[200], description='The next page as `rel="next"`.'
+    ),
+]
+
+
 def parse_limit(raw: Any, *, default: int, maximum: int) -> int:
     """An absent ``limit`` is the default; a present one, even empty (``?limit=``), must be an integer."""
     if raw is None:

@@ -16,7 +16,17 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from core.actors import actor_for
-from core.api_views import ERRORS, ApiView, limit_parameter, parse_flag, parse_limit, parse_uuid, with_next_page
+from core.api_views import (
+    CURSOR_PARAMETER,
+    ERRORS,
+    NEXT_PAGE_HEADERS,
+    ApiView,
+    limit_parameter,
+    parse_flag,
+    parse_limit,
+    parse_uuid,
+    with_next_page,
+)
 from core.labels import LABEL_PATTERN
 from core.serializers import validated
 from reasoning import services
@@ -424,11 +434,7 @@ FLOW_LIST_PARAMETERS = [
         "(lowest outcome confidence first).",
     ),
     limit_parameter(default=50, maximum=MAX_FLOW_LIST),
-    OpenApiParameter(
-        "cursor",
-        str,
-        description="Opaque: the `X-Next-Cursor` of the previous page (with the same filters); omit it at first.",
-    ),
+    CURSOR_PARAMETER,
 ]
 
 
@@ -447,18 +453,7 @@ class AdminFlowListView(ApiView):
         "operators' flow list page runs the same search. When more flows match than `limit`, the response "
         "carries `X-Next-Cursor` (and a "
         '`Link: <...>; rel="next"` header): send it back as `cursor` with the same filters for the next page.',
-        parameters=[
-            OpenApiParameter(
-                "X-Next-Cursor",
-                str,
-                OpenApiParameter.HEADER,
-                response=[200],
-                description="The `cursor` of the next page; absent on the last page.",
-            ),
-            OpenApiParameter(
-                "Link", str, OpenApiParameter.HEADER, response=[200], description='The next page as `rel="next"`.'
-            ),
-        ],
+        parameters=NEXT_PAGE_HEADERS,
         responses={200: FlowSerializer(many=True), **ERRORS},
         examples=[
             OpenApiExample(

@@ -15,6 +15,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core import api_views
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, flat_errors, limit_parameter, parse_limit, parse_uuid, with_next_page
 from core.errors import NotFound
@@ -146,21 +147,8 @@ SESSION_ID = OpenApiParameter(
     OpenApiParameter.PATH,
     description="The session id the flows were opened with (at most 100 characters; 400 beyond).",
 )
-NEXT_PAGE_HEADERS = [
-    OpenApiParameter(
-        "X-Next-Cursor",
-        str,
-        OpenApiParameter.HEADER,
-        response=[200],
-        description="The `cursor` of the next page; absent on the last page.",
-    ),
-    OpenApiParameter(
-        "Link", str, OpenApiParameter.HEADER, response=[200], description='The next page as `rel="next"`.'
-    ),
-]
-CURSOR = OpenApiParameter(
-    "cursor", str, description="Opaque: the `X-Next-Cursor` of the previous page (with the same filters)."
-)
+NEXT_PAGE_HEADERS = api_views.NEXT_PAGE_HEADERS
+CURSOR = api_views.CURSOR_PARAMETER
 NO_SESSION = OpenApiResponse(OpenApiTypes.OBJECT, description="No flow has this session id.")
 EXAMPLE_FLOW_ID = "7d0c8d8e-3f53-4a35-9f3e-0d5f3c6b9a11"
 

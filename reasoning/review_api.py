@@ -11,7 +11,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.actors import actor_for
-from core.api_views import ERRORS, ApiView, limit_parameter, parse_limit, with_next_page
+from core.api_views import (
+    CURSOR_PARAMETER,
+    ERRORS,
+    NEXT_PAGE_HEADERS,
+    ApiView,
+    limit_parameter,
+    parse_limit,
+    with_next_page,
+)
 from core.labels import label_schema
 from reasoning import review, services
 from reasoning.auth import IsAdmin
@@ -158,9 +166,7 @@ class AgentReviewView(ApiView):
                 ],
             ),
             limit_parameter(default=DEFAULT_DECISIONS, maximum=MAX_DECISIONS),
-            OpenApiParameter(
-                "cursor", str, description="Opaque: the `X-Next-Cursor` of the previous page (with the same filters)."
-            ),
+            CURSOR_PARAMETER,
         ]
     }
 
@@ -181,16 +187,7 @@ class AgentReviewView(ApiView):
             OpenApiParameter(
                 "agent", label_schema(), OpenApiParameter.PATH, description="The agent's label, e.g. `critic`."
             ),
-            OpenApiParameter(
-                "X-Next-Cursor",
-                str,
-                OpenApiParameter.HEADER,
-                response=[200],
-                description="The `cursor` of the next page; absent on the last page.",
-            ),
-            OpenApiParameter(
-                "Link", str, OpenApiParameter.HEADER, response=[200], description='The next page as `rel="next"`.'
-            ),
+            *NEXT_PAGE_HEADERS,
         ],
         responses={200: AgentReviewSerializer, **ERRORS},
         examples=[OpenApiExample("One confident mistake", response_only=True, value=EXAMPLE)],
