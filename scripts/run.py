@@ -18,6 +18,9 @@ Used by ``make run``; ``make stop`` (``scripts/stop.py``) or Ctrl-C stops everyt
 * The supervisor's pid and its children's process groups are kept in ``.data/run.json``
   (``$RFT_DATA_DIR/run.json`` when set)
   so ``make stop`` can stop them from another terminal, orphans included.
+* Once the web server answers ``/healthz``, the address and the demo logins (written by
+  ``manage.py load_demo`` into ``.data/demo_logins.txt``) are printed in a box, last of the
+  start-up's output, where a newcomer finds them.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +43,11 @@ from config.gunicorn import command as web_command  # noqa: E402  (no Django: sa
 from config.process import die_with_parent  # noqa: E402
 
 BIN = Path(sys.executable).parent
-DEFAULT_STATE_FILE = Path(os.environ.get("RFT_DATA_DIR") or ROOT / ".data") / "run.json"
+DATA_DIR = Path(os.environ.get("RFT_DATA_DIR") or ROOT / ".data")
+DEFAULT_STATE_FILE = DATA_DIR / "run.json"
+DEMO_LOGINS = DATA_DIR / "demo_logins.txt"
+# How long the box waits for the web server's first answer.
+READY_WITHIN_S = 120.0
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -181,6 +189,40 @@ def supervise(state_file: Path, children: list[Child], stopping: list[bool]) -> 
         time.sleep(0.2)
 
 
+def announce_when_ready(port: str, stopping: list[bool]) -> None:
+    """In a thread: once ``/healthz`` answers (any status), print the box (module docstring)."""
+
+    def wait_and_print() -> None:
+        import urllib.error
+        import urllib.request
+
+        deadline = time.monotonic() + READY_WITHIN_S
+        while not stopping and time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).close()
+                break
+            except urllib.error.HTTPError:
+                break  # it answered: degraded is still up
+            except OSError:
+                time.sleep(0.5)
+        if not stopping:
+            print(box(port), flush=True)
+
+    threading.Thread(target=wait_and_print, name="announce", daemon=True).start()
+
+
+def box(port: str) -> str:
+    lines = [
+        f"Reasoning Flow Tracker on http://127.0.0.1:{port}/   (API docs: /api/docs/)",
+        "Ctrl-C here, or `make stop` from any terminal, stops it.",
+    ]
+    with contextlib.suppress(OSError):
+        lines += ["", *DEMO_LOGINS.read_text().strip().splitlines()]
+    width = max(len(line) for line in lines)
+    rule = "+" + "-" * (width + 2) + "+"
+    return "\n".join([rule, *(f"| {line.ljust(width)} |" for line in lines), rule])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state-file", type=Path, default=DEFAULT_STATE_FILE, help="Where to record the pids.")
@@ -204,11 +246,7 @@ def main() -> int:
             child.start()
         write_state(state_file, children)
         if not stopping:
-            print(
-                f"Reasoning Flow Tracker on http://127.0.0.1:{port}/  (API docs: /api/docs/)  "
-                "Ctrl-C or `make stop` to stop",
-                flush=True,
-            )
+            announce_when_ready(port, stopping)
             supervise(state_file, children, stopping)
     finally:
         # No second Ctrl-C may interrupt the shutdown half-way and leave orphans.

@@ -127,11 +127,14 @@ def test_ctrl_c_while_starting_leaves_no_process(stack: Stack) -> None:
 def test_ctrl_c_once_running_leaves_no_process(stack: Stack) -> None:
     _wait_for(stack.serving, 30, "the web server to answer")
     assert len(stack.processes()) > 3  # the supervisor, gunicorn's arbiter and worker, qcluster's forks, …
+    time.sleep(1)  # the box is printed once /healthz has answered
 
     stack.ctrl_c()
 
     assert stack.proc.wait(timeout=40) == 0
     _wait_for(lambda: not stack.processes(), 10, "every process to exit")
+    # Once it answered, the address (and the demo logins, when loaded) in a box.
+    assert f"| Reasoning Flow Tracker on http://127.0.0.1:{stack.port}/" in stack.output()
 
 
 def test_a_crashed_child_is_restarted_and_the_others_keep_running(stack: Stack) -> None:

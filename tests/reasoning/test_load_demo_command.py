@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 from io import StringIO
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -99,3 +101,13 @@ def test_load_demo_twice_adds_no_session_outcome_or_drift_report() -> None:
         AuditEvent.objects.count(),
     ) == counts
     assert "(0 new flows, 0 new outcomes, 0 new drift reports)" in out.getvalue()
+
+
+def test_load_demo_leaves_the_logins_for_make_runs_box(settings: Any, tmp_path: Path) -> None:
+    settings.DATA_DIR = tmp_path
+    call_command("load_demo", stdout=StringIO())
+
+    logins = (tmp_path / "demo_logins.txt").read_text()
+    assert "operator  operator / operator-demo-2026   -> the dashboard" in logins
+    assert "patient   patient / patient-demo-2026   -> their decision: /dashboard/reasoning/" in logins
+    assert f"/dashboard/admin/reasoning/turns/{TURN_TRACE_ID}" in logins

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import importlib
 import uuid
+from pathlib import Path
 from typing import Any
 
 from django.apps import apps
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.utils.module_loading import module_has_submodule
@@ -172,3 +174,15 @@ class Command(BaseCommand):
         )
         if readable:
             self.stdout.write(f"  log in as {CONSENTING[0]} and open /dashboard/reasoning/{readable.pk}")
+        # For make run's box (scripts/run.py), printed once the server answers.
+        logins = [
+            "Demo logins (log in at /accounts/login/):",
+            f"  operator  {OPERATOR[0]} / {OPERATOR[1]}   -> the dashboard; the Django admin at /admin/",
+            f"  patient   {CONSENTING[0]} / {CONSENTING[1]}"
+            + (f"   -> their decision: /dashboard/reasoning/{readable.pk}" if readable else ""),
+            f"  patient without consent  {NOT_CONSENTING[0]} / {NOT_CONSENTING[1]}",
+            f"A three-agent turn: /dashboard/admin/reasoning/turns/{sessions.turn_trace_id}",
+        ]
+        path = Path(settings.DATA_DIR) / "demo_logins.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(logins) + "\n")
