@@ -1,6 +1,6 @@
 """Settings for Reasoning Flow Tracker: one module, driven by the environment.
 
-See README "Configuration" for every variable. Bad values raise ImproperlyConfigured
+See docs/configuration.md for every variable. Bad values raise ImproperlyConfigured
 naming the variable, at start-up.
 """
 
@@ -185,7 +185,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # Outermost (they read no body): security headers on every answer, inner refusals included
-    # (core/security.py; README "Security headers").
+    # (core/security.py; docs/api.md, "Security headers").
     "core.security.SecurityHeadersMiddleware",
     "csp.middleware.CSPMiddleware",
     # First to touch the request: nothing may read a chunked body before it is read whole (or refused).
@@ -233,7 +233,7 @@ TEMPLATES = [
     },
 ]
 
-# --- Security headers and HTTPS (core/security.py; README "Security headers") -------------
+# --- Security headers and HTTPS (core/security.py; docs/api.md, "Security headers") -------------
 # No inline script or style anywhere (htmx's indicator style is in site.css; /api/docs/ loads
 # its init script as a file): a strict policy for every response, the admin and /api/docs/ included.
 CONTENT_SECURITY_POLICY = {
@@ -275,7 +275,7 @@ if DJANGO_BEHIND_TLS_PROXY:
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/dashboard/"  # operators go on to their dashboard, patients to their profile
 
-# --- Logins (audit/logins.py; README "Logins and sessions") ----------------------
+# --- Logins (audit/logins.py; docs/pages.md, "Logins and sessions") ----------------------
 # django-axes refuses every login, the right password included, for LOGIN_LOCKOUT_MINUTES
 # after LOGIN_FAILURE_LIMIT failures for one username or, separately, from one client
 # address. Axes counts failures over that same period, so it may not be shorter than 15

@@ -1,5 +1,4 @@
-"""A worker's memory after a large request goes back to the system (README, "Bounded work per
-request").
+"""A worker's memory after a large request goes back to the system (docs/ingest.md, "Limits").
 
 A bulk request (a 15 MB ingest body, 2,000 spans) allocates hundreds of megabytes of short-lived
 buffers and objects. Two things kept them: glibc raises its mmap threshold to the largest block

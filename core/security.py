@@ -1,4 +1,4 @@
-"""Security headers every response carries (README "Security headers").
+"""Security headers every response carries (docs/api.md, "Security headers").
 
 ``SecurityHeadersMiddleware`` is the outermost middleware, so it sees every answer, including
 the refusals an inner middleware answers itself (a 411 or 413 from

@@ -1,8 +1,8 @@
-"""Render the access-control matrix (tests/access_matrix.py) into the README.
+"""Render the access-control matrix (tests/access_matrix.py) into docs/api.md.
 
     python scripts/access_table.py           print the table
-    python scripts/access_table.py --write   rewrite the README's block between the markers
-    python scripts/access_table.py --check   exit 1 when the README's block differs
+    python scripts/access_table.py --write   rewrite docs/api.md's block between the markers
+    python scripts/access_table.py --check   exit 1 when docs/api.md's block differs
 
 tests/test_access_matrix.py runs ``--check``, and requests every row as every persona.
 """
@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.access_matrix import LOGIN_REDIRECT, PERSONAS, ROWS  # noqa: E402 - after the path is set
 
-README = ROOT / "README.md"
+README = ROOT / "docs" / "api.md"
 START = "<!-- access-table:start -->"
 END = "<!-- access-table:end -->"
 
@@ -57,8 +57,8 @@ def replaced(text: str, block: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     action = parser.add_mutually_exclusive_group()
-    action.add_argument("--write", action="store_true", help="rewrite the README's block")
-    action.add_argument("--check", action="store_true", help="fail when the README's block is stale")
+    action.add_argument("--write", action="store_true", help="rewrite docs/api.md's block")
+    action.add_argument("--check", action="store_true", help="fail when docs/api.md's block is stale")
     args = parser.parse_args()
     block = render()
     if not (args.write or args.check):

@@ -1,8 +1,8 @@
 """The access-control matrix: what every route and page answers to every persona.
 
-This table is the documentation. ``scripts/access_table.py --write`` renders it into the README
+This table is the documentation. ``scripts/access_table.py --write`` renders it into docs/api.md
 (between the ``access-table`` markers), ``tests/test_access_matrix.py`` requests every row as every
-persona and asserts the status, checks that every URL pattern has a row, and that the README's
+persona and asserts the status, checks that every URL pattern has a row, and that docs/api.md's
 table is the rendered one.
 
 A row is one route and method, requested at a concrete path. Placeholders in the path and body
@@ -10,7 +10,7 @@ are filled by the test with records it made (``{agent_flow}``: an active flow th
 opened; see ``World`` there). Write rows send a valid minimal body, so a persona that may write
 gets the route's success status and one that may not is refused before the body is read.
 
-Plain data, no Django: the README generator imports it without settings.
+Plain data, no Django: the table's generator imports it without settings.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# Column key → who it is (the README's legend). Tokens are sent as ``Authorization: Bearer``;
+# Column key → who it is (the documented legend). Tokens are sent as ``Authorization: Bearer``;
 # logins are Django sessions.
 PERSONAS: dict[str, str] = {
     "anon": "anonymous: no token, no session",
@@ -40,7 +40,7 @@ TOKENS = ("agent", "writer2", "admin", "admin+write", "admin+cot", "cot", "audit
 LOGINS = ("operator", "patient A", "clerk")
 ADMINS = ("admin", "admin+write", "admin+cot")
 # Tokens with reasoning.write. A flow may be changed by the token that opened it and by a writer
-# that is also an admin; another writer gets 404 (README, "Who may change a flow").
+# that is also an admin; another writer gets 404 (docs/ingest.md, "Who may change a flow").
 WRITERS = ("agent", "writer2", "admin+write")
 OWNERS = ("agent", "admin+write")
 # The audit log's proofs and events: audit.read, or reasoning.admin.

@@ -19,7 +19,7 @@ from reasoning.auth import CanRead, CanReadAudit, CanWrite, IsAdmin
 
 SCHEMA_PATH = "/api/schema/?format=json"
 
-# The documented bound: no answer under fuzzing may take longer (README, "Fuzzing").
+# The documented bound: no answer under fuzzing may take longer (docs/operations.md, "Fuzzing").
 MAX_RESPONSE_SECONDS = 5.0
 
 # Examples per operation: small in `make test`, larger under `make fuzz` (FUZZ_EXAMPLES=500).

@@ -1,5 +1,5 @@
 """The security headers every answer must carry, as the tests check them (core/security.py,
-django-csp; README "Security headers"): tests/test_security_headers.py walks every URL pattern,
+django-csp; docs/api.md, "Security headers"): tests/test_security_headers.py walks every URL pattern,
 tests/test_access_matrix.py checks every answer of the access matrix (every route as every
 persona: the 200s and the refusals)."""
 

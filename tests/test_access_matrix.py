@@ -1,9 +1,9 @@
-"""The access-control matrix (tests/access_matrix.py; README "Who may call what").
+"""The access-control matrix (tests/access_matrix.py; docs/api.md, "Who may call what").
 
 Every row of the table is requested as every persona, and the statuses are compared with the
 table's; every mismatch is reported at once. The table must list every URL pattern (and every
 method of an API view), so a new route cannot ship without saying who may call it; and the
-README's table must be the one ``scripts/access_table.py`` renders from it.
+table in docs/api.md must be the one ``scripts/access_table.py`` renders from it.
 """
 
 from __future__ import annotations
@@ -259,10 +259,10 @@ def test_every_row_names_every_persona() -> None:
     assert not incomplete, incomplete
 
 
-# --- The README's table is the rendered one ----------------------------------------------------
+# --- docs/api.md's table is the rendered one ----------------------------------------------------
 
 
-def test_the_readme_access_table_is_rendered_from_the_matrix() -> None:
+def test_the_documented_access_table_is_rendered_from_the_matrix() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "access_table.py"), "--check"],
         capture_output=True,

@@ -9,7 +9,7 @@ verify; and the chainer catches up on its own, within a bound.
 
 ``make test`` runs the short version. ``make faults`` (``RFT_FAULTS_LONG=1``) runs the long one: a
 bigger load, repeated kills, a 30 s refusal; it prints each figure as a ``key=value`` line, which
-the README's "Reliability" section quotes.
+docs/operations.md's "Reliability" section quotes.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ the operation needs.
 
 Every answer must be: no 5xx; a documented status code; a body and content type that conform to the
 documented response; no slower than MAX_RESPONSE_SECONDS. `make test` runs a few examples per
-operation (FUZZ_EXAMPLES, 10); `make fuzz` runs a longer campaign (README, "Fuzzing").
+operation (FUZZ_EXAMPLES, 10); `make fuzz` runs a longer campaign (docs/operations.md, "Fuzzing").
 """
 
 from __future__ import annotations

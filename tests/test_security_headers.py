@@ -1,4 +1,4 @@
-"""Security headers on every answer (core/security.py, django-csp; README "Security headers").
+"""Security headers on every answer (core/security.py, django-csp; docs/api.md, "Security headers").
 
 Every URL pattern is read from the URL configuration and requested as the persona it is for
 (an operator login for pages and the admin, an admin token for /admin/v1 and /audit, the agent's
