@@ -34,7 +34,7 @@ class Action(StrEnum):
     # Pathway library
     PATHWAY_EXTRACTED = "reasoning.pathway.extracted"
     PATHWAY_SKIPPED = "reasoning.pathway.skipped"
-    # Extraction still failed after its last attempt (reasoning.close_work): receiver, attempts,
+    # Extraction still failed after its last attempt (reasoning.recording.close_work): receiver, attempts,
     # error_type (the exception's type only)
     PATHWAY_FAILED = "reasoning.pathway.failed"
     PATHWAY_MATCH_REQUESTED = "reasoning.pathway.match_requested"
@@ -124,7 +124,7 @@ class Action(StrEnum):
     JOB_FLOW_DECAY_STARTED = "memory.job.reasoning_flow_decay.started"
     JOB_FLOW_DECAY_COMPLETED = "memory.job.reasoning_flow_decay.completed"
     JOB_FLOW_DECAY_ERROR = "memory.job.reasoning_flow_decay.error"
-    # Work owed after closes (reasoning.close_work): a run that found some due; and an operator
+    # Work owed after closes (reasoning.recording.close_work): a run that found some due; and an operator
     # owing failed work again (payload: requeued, receiver)
     JOB_CLOSE_WORK_STARTED = "memory.job.close_work.started"
     JOB_CLOSE_WORK_COMPLETED = "memory.job.close_work.completed"

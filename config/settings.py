@@ -209,7 +209,7 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
     # Innermost: answers the three hot write routes (open, one step, close) without URL
     # resolution and DRF's request cycle, calling what their views call (HOT_WRITES=off: no).
-    "reasoning.hot_writes.HotWritesMiddleware",
+    "reasoning.recording.hot_writes.HotWritesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -340,7 +340,7 @@ OTLP_MESSAGE_CONTENT = env_choice("OTLP_MESSAGE_CONTENT", ("encrypt", "drop"), "
 # Each process keeps API tokens this long after reading them: a token revoked in the
 # database stops working everywhere within this many seconds (0: read on every request).
 API_TOKEN_CACHE_SECONDS = env_float("API_TOKEN_CACHE_SECONDS", 10.0, minimum=0.0)
-# The hot write routes (open, one step, close) answered by reasoning.hot_writes instead of
+# The hot write routes (open, one step, close) answered by reasoning.recording.hot_writes instead of
 # their DRF views (the same validation, services and answers, less CPU per request).
 HOT_WRITES = env_bool("HOT_WRITES", default=True)
 REST_FRAMEWORK = {
@@ -496,7 +496,7 @@ AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 0, minimum=0) or None
 # /healthz says "degraded" and operator pages show a banner (the chainer is down or behind).
 AUDIT_CHAIN_MAX_LAG_S = env_float("AUDIT_CHAIN_MAX_LAG_S", 60.0, minimum=1.0)
 
-# Work a close owes other apps (pathway extraction, backlog producers: reasoning.close_work) that
+# Work a close owes other apps (pathway extraction, backlog producers: reasoning.recording.close_work) that
 # is still not done this many seconds after the close makes /healthz "degraded" and shows an
 # operator banner: the job worker is not running, or a receiver keeps failing.
 CLOSE_WORK_MAX_AGE_S = env_float("CLOSE_WORK_MAX_AGE_S", 300.0, minimum=60.0)

@@ -19,7 +19,7 @@ class PathwaysConfig(AppConfig):
         # Fail fast: an unknown PATHWAY_EMBEDDING_MODEL or a missing vendor key stops start-up.
         active_client()
         # A qualifying close owes an extraction, recorded with the close and done after its
-        # commit, retried until done (reasoning.close_work; reasoning never imports pathways).
+        # commit, retried until done (reasoning.recording.close_work; reasoning never imports pathways).
         register_close_receiver(
             CloseReceiver(
                 key="pathways.extract",

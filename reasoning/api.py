@@ -63,7 +63,7 @@ FLOW_ID = OpenApiParameter("flow_id", OpenApiTypes.UUID, OpenApiParameter.PATH, 
 
 
 # What the three hot write routes do once the caller is known: the DRF views below and the
-# handler below Django (``reasoning.hot_writes``) both call these. Each returns the answer's
+# handler below Django (``reasoning.recording.hot_writes``) both call these. Each returns the answer's
 # body and status; errors are raised (``ValidationError``, ``ServiceError``).
 Answer = tuple[dict[str, Any], int]
 

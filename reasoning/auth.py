@@ -125,7 +125,7 @@ def authenticate_bearer(header: str) -> TokenPrincipal | None:
     """The principal of an ``Authorization`` header value: None when it is not a Bearer
     credential (another scheme may apply); DRF's ``AuthenticationFailed`` (401) when it is one
     that does not authenticate. Used by the DRF authentication class and by the hot write
-    routes' handler below Django (``reasoning.hot_writes``)."""
+    routes' handler below Django (``reasoning.recording.hot_writes``)."""
     if not header:
         return None
     scheme, _, raw = header.partition(" ")

@@ -1,5 +1,5 @@
 """How the service keeps up: ``GET /healthz`` and the banners of operator pages, from one query:
-the audit chain's lag (``audit.chain``) and the work owed after closes (``reasoning.close_work``).
+the audit chain's lag (``audit.chain``) and the work owed after closes (``reasoning.recording.close_work``).
 
 ``/healthz``: no authentication, no details. A load balancer or uptime probe gets ``ok`` or
 ``degraded``, the chain's lag in seconds, the age of the oldest work owed after a close (``null``
@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET
 from audit.chain import OLDEST_QUEUED_EPOCH_SQL, lag_of
 from core import outage
 from core.access import OPERATOR_PAGE_ATTR
-from reasoning import close_work
+from reasoning.recording import close_work
 
 
 @dataclass(frozen=True)

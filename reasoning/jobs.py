@@ -21,8 +21,8 @@ from core.partitions import MONTHS_AHEAD, add_months, drop, ensure_ahead, expire
 from reasoning.drift import judge_agent
 from reasoning.drift_queries import completed_sessions, reported_sessions
 from reasoning.models import DriftReport, ReasoningFlow, ReasoningStep
+from reasoning.recording.traces import adopt_orphans
 from reasoning.services import close_flow, purge_reasoning_batch, store_drift_reports
-from reasoning.traces import adopt_orphans
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,12 @@ RETENTION_ACTOR = "system:reasoning_content_retention"
 
 SCHEDULES = [
     # Work owed after closes (pathway extraction, backlog producers) that is still not done.
-    {"name": "reasoning.close_work", "func": "reasoning.close_work.perform_due", "schedule_type": "I", "minutes": 1},
+    {
+        "name": "reasoning.close_work",
+        "func": "reasoning.recording.close_work.perform_due",
+        "schedule_type": "I",
+        "minutes": 1,
+    },
     {"name": "reasoning.flow_decay", "func": "reasoning.jobs.decay_stale_flows", "schedule_type": "H"},
     {
         "name": "reasoning.content_retention",
@@ -54,7 +59,7 @@ def decay_stale_flows(now: datetime | None = None, *, batch_size: int = 500) -> 
 
     Agents that crash leave zombie flows; this closes them so they stop accepting steps
     and show up as aborted. OpenTelemetry spans still waiting for their root span after
-    as long become an aborted flow of their trace (``reasoning.traces.adopt_orphans``).
+    as long become an aborted flow of their trace (``reasoning.recording.traces.adopt_orphans``).
     Each flow is closed by the normal close service (its own transaction and audit
     event); a flow closed concurrently by its agent is skipped.
     Returns the number of flows aborted.

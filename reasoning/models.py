@@ -154,7 +154,7 @@ class ReasoningStep(models.Model):
     # 1-based order of arrival within the flow, assigned under the flow's row lock.
     position = models.PositiveIntegerField()
     # No database constraint: a partitioned table cannot be referenced by id alone; the write
-    # path checks every parent (reasoning.ingest._check_parents).
+    # path checks every parent (reasoning.recording.ingest._check_parents).
     parent_step = models.ForeignKey(
         "self",
         null=True,
@@ -335,7 +335,7 @@ class PendingSpan(models.Model):
     trace_id = models.CharField(max_length=32)
     span_id = models.CharField(max_length=16)
     parent_span_id = models.CharField(max_length=16)
-    # The mapped span (reasoning.otlp.MappedSpan as JSON) and who sent it.
+    # The mapped span (reasoning.recording.otlp.MappedSpan as JSON) and who sent it.
     mapped = EncryptedTextField()
     actor = models.CharField(max_length=200)
     # The sender may change only the flows it opened (it held no reasoning.admin): the span is
@@ -359,7 +359,7 @@ class PendingSpan(models.Model):
 
 class CloseWork(models.Model):
     """Work owed to a receiver of a flow's close (pathway extraction, the backlog producers):
-    the transactional outbox of ``reasoning.close_work``.
+    the transactional outbox of ``reasoning.recording.close_work``.
 
     The close writes one row per (receiver, flow) that owes work, in its own transaction, so
     the work is owed exactly when the close committed. The row is deleted in the transaction

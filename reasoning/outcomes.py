@@ -2,7 +2,7 @@
 
 ``write(items, actor=...)`` records the outcomes of several closed flows inside the caller's
 transaction, in a fixed number of statements whatever the number of items (the single route
-is a one-item call, as the flow routes are of ``reasoning.ingest``):
+is a one-item call, as the flow routes are of ``reasoning.recording.ingest``):
 
 1. Each item's ``outcome`` must be non-blank and pass the summary guard (``check_summary``:
    at most 280 characters, one line of plain text, nothing that reads as PHI); a flow named

@@ -208,7 +208,7 @@ MAX_INGEST_STEPS = 1000
 
 # How far ahead of the server's clock an agent's clock may run.
 CLOCK_SKEW = timedelta(minutes=5)
-# The earliest time a flow may say it began or ended (and an OTLP span, reasoning.otlp): no agent
+# The earliest time a flow may say it began or ended (and an OTLP span, reasoning.recording.otlp): no agent
 # ran before it, and a year 1 or 1970 is a client's default, not a time.
 EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=UTC)
 

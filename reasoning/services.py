@@ -22,10 +22,11 @@ from audit.actions import Action
 from audit.services import Event, record, record_many
 from core.errors import Conflict, InvalidInput, NotFound
 from patients.models import Patient
-from reasoning import ingest, outcomes, review, sessions
+from reasoning import outcomes, review, sessions
 from reasoning.auth import TOKEN_PREFIX, hash_token, token_cache
 from reasoning.drift import Judgement
 from reasoning.models import ApiToken, DriftReport, EvaluationRun, ReasoningFlow, ReasoningStep
+from reasoning.recording import ingest
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def create_operator(*, username: str, password: str, actor: str) -> Any:
 
 
 # --- Flows --------------------------------------------------------------------------
-# The single routes are one-item requests of the bulk write path (reasoning.ingest): the
+# The single routes are one-item requests of the bulk write path (reasoning.recording.ingest): the
 # same validation, PII split, encryption, audit events, metrics and close.
 
 

@@ -3,7 +3,7 @@
 ``register_close_receiver`` is for work that follows a close and may fail (it reads, writes,
 or calls out): pathway extraction, the backlog producers. A receiver says, from the flow as
 the close computed it, whether the flow owes it work (``owes``: pure, no query); the close
-records that debt in its own transaction (``reasoning.close_work``, a transactional outbox),
+records that debt in its own transaction (``reasoning.recording.close_work``, a transactional outbox),
 and the work is done after the commit, then by the job worker with retries until it is done,
 skipped with a reason, or failed after the last attempt. Nothing acknowledged is lost: a
 close that committed owes its work even when the database goes away the next instant.

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 from django.urls import path
 
-from reasoning import api, drift_api, ingest_api, outcomes_api, review_api, turns_api
+from reasoning import api, drift_api, outcomes_api, review_api, turns_api
+from reasoning.recording import routes as recording
 
 urlpatterns = [
-    path("api/reasoning/ingest", ingest_api.IngestView.as_view(), name="ingest"),
-    path("v1/traces", ingest_api.OtlpTracesView.as_view(), name="otlp-traces"),
+    path("api/reasoning/ingest", recording.IngestView.as_view(), name="ingest"),
+    path("v1/traces", recording.OtlpTracesView.as_view(), name="otlp-traces"),
     path("api/reasoning/flows", api.FlowCollectionView.as_view(), name="flow-collection"),
     path("api/reasoning/flows/<str:flow_id>", api.FlowDetailView.as_view(), name="flow-detail"),
     path("api/reasoning/flows/<str:flow_id>/steps", api.StepCollectionView.as_view(), name="step-collection"),

@@ -15,7 +15,7 @@ class ResearchBacklogConfig(AppConfig):
         from research_backlog.turns import backlog_links
 
         # A close that calls for production owes it with the close; done after the commit and
-        # retried until done (reasoning.close_work; reasoning never imports this app).
+        # retried until done (reasoning.recording.close_work; reasoning never imports this app).
         register_close_receiver(
             CloseReceiver(
                 key="research_backlog.produce",

@@ -2,7 +2,7 @@
 
 A close receiver (``reasoning.signals.register_close_receiver``): a close that calls for
 production owes it in the close's own transaction, and it is done after the commit, retried
-until done (``reasoning.close_work``). Both flags are off by default so each side rolls out on
+until done (``reasoning.recording.close_work``). Both flags are off by default so each side rolls out on
 its own:
 
 - RESEARCH_AUTO_ENQUEUE_ENABLED: a completed Researcher flow (``agent`` "researcher")

@@ -310,7 +310,7 @@ class OtlpWriter(Writer):
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
         from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-        from reasoning.traces import span_uuid
+        from reasoning.recording.traces import span_uuid
 
         trace_id, root = uuid.uuid4().hex, uuid.uuid4().hex[:16]
         children = [uuid.uuid4().hex[:16] for _ in range(STEPS_PER_FLOW)]

@@ -65,7 +65,7 @@ def test_every_api_view_uses_the_shared_base_and_only_the_strict_json_parser(
 ) -> None:
     assert issubclass(view_class, ApiView), f"{view_class.__name__} must extend core.api_views.ApiView"
     if path == "/v1/traces":
-        # OTLP: protobuf or OTLP JSON, decoded by reasoning.otlp itself; DRF parses nothing.
+        # OTLP: protobuf or OTLP JSON, decoded by reasoning.recording.otlp itself; DRF parses nothing.
         assert view_class().get_parsers() == []
         return
     assert [type(parser) for parser in view_class().get_parsers()] == [StrictJSONParser]

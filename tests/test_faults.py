@@ -411,7 +411,7 @@ def test_a_database_stop_between_a_close_and_its_receivers_loses_no_derived_work
 ) -> None:
     """The close commits; its receivers (pathway extraction, the backlog producer) are held at
     their first write by a table lock; PostgreSQL stops (fast) right then, and starts again. The
-    client was told 200; the work is still owed (``reasoning.close_work``) and the job does it:
+    client was told 200; the work is still owed (``reasoning.recording.close_work``) and the job does it:
     one pathway and one backlog request per flow, each audited once."""
     figures = Figures("postgres_stop_after_close")
     env = {**own_postgres.env, "RESEARCH_AUTO_ENQUEUE_ENABLED": "1"}

@@ -12,7 +12,7 @@ constraints carry over as:
   a flow has one created_at;
 * the self-FK parent_step_id -> reasoning_step(id) cannot reference a partitioned table by a
   key without the partition column: the write path already checks every parent in bulk
-  (reasoning.ingest._check_parents); the model keeps the relation with db_constraint=False;
+  (reasoning.recording.ingest._check_parents); the model keeps the relation with db_constraint=False;
 * the FK flow_id -> reasoning_flow(id), the CHECKs and the three partial indexes stay.
 """
 

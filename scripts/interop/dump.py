@@ -24,7 +24,7 @@ def load(path: Path) -> ExportTraceServiceRequest:
     request = ExportTraceServiceRequest()
     if path.suffix == ".json":
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-        from reasoning.otlp import decode_request
+        from reasoning.recording.otlp import decode_request
 
         return decode_request(path.read_bytes(), "application/json")
     request.ParseFromString(path.read_bytes())

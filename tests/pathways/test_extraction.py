@@ -15,9 +15,9 @@ from core.errors import NotFound
 from pathways import services
 from pathways.models import Pathway
 from pathways.services import extract_pathway
-from reasoning import close_work
-from reasoning.close_work import owed_for
 from reasoning.models import ReasoningFlow
+from reasoning.recording import close_work
+from reasoning.recording.close_work import owed_for
 from tests.conftest import events
 from tests.factories import add_step, open_flow
 
@@ -273,7 +273,7 @@ def test_failed_extraction_does_not_fail_the_close(
     assert ReasoningFlow.objects.get(pk=flow_id).flow_state == ReasoningFlow.State.COMPLETED
     assert len(events("reasoning.flow.completed")) == 1
     assert not Pathway.objects.exists()
-    assert any(r.name == "reasoning.close_work" and flow_id in r.getMessage() for r in caplog.records)
+    assert any(r.name == "reasoning.recording.close_work" and flow_id in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,6 +1,6 @@
 """Nothing derived is lost: the work a close owes (pathway extraction, the backlog producers) is
 recorded with the close, done after its commit, and retried by the job until done, skipped with a
-reason, or failed after the last attempt (``reasoning.close_work``; docs/ingest.md, "After a close").
+reason, or failed after the last attempt (``reasoning.recording.close_work``; docs/ingest.md, "After a close").
 
 The real database stopped between a close's commit and its receivers is in tests/test_faults.py.
 """
@@ -23,8 +23,8 @@ from rest_framework.test import APIClient
 
 from pathways import services as pathway_services
 from pathways.models import Pathway
-from reasoning import close_work
 from reasoning.models import CloseWork
+from reasoning.recording import close_work
 from research_backlog.models import ResearchRequest
 from tests.conftest import events
 from tests.factories import add_step, open_flow
@@ -342,7 +342,11 @@ def test_the_job_is_scheduled_every_minute() -> None:
     from reasoning.management.commands.setup_schedules import collect_schedules
 
     (spec,) = [spec for spec in collect_schedules() if spec["name"] == "reasoning.close_work"]
-    assert (spec["func"], spec["schedule_type"], spec["minutes"]) == ("reasoning.close_work.perform_due", "I", 1)
+    assert (spec["func"], spec["schedule_type"], spec["minutes"]) == (
+        "reasoning.recording.close_work.perform_due",
+        "I",
+        1,
+    )
     # The function a schedule names is importable and takes no argument.
     module, _, name = spec["func"].rpartition(".")
     assert callable(getattr(__import__(module, fromlist=[name]), name))

@@ -1,4 +1,4 @@
-"""The hot write routes (open, one step, close) answered by ``reasoning.hot_writes`` give the
+"""The hot write routes (open, one step, close) answered by ``reasoning.recording.hot_writes`` give the
 same answers, headers and stored rows as their DRF views (``HOT_WRITES=off``), and leave every
 request they do not take to those views.
 

@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from reasoning.jobs import decay_stale_flows
 from reasoning.models import PendingSpan, ReasoningFlow, ReasoningStep
-from reasoning.traces import span_uuid
+from reasoning.recording.traces import span_uuid
 from tests import otlp
 
 pytestmark = pytest.mark.django_db
@@ -791,7 +791,7 @@ def test_a_body_over_the_limit_is_413_as_a_google_rpc_status(agent: APIClient, s
 
 
 def test_a_request_of_more_spans_than_the_limit_is_refused_whole_naming_it(agent: APIClient) -> None:
-    from reasoning.otlp import MAX_SPANS_PER_REQUEST
+    from reasoning.recording.otlp import MAX_SPANS_PER_REQUEST
 
     spans = [otlp.span(f"s{n}", span_id=f"{n + 1:016x}", parent_span_id=ROOT) for n in range(MAX_SPANS_PER_REQUEST)]
     response = post(agent, otlp.request(otlp.span("root"), *spans))
@@ -803,7 +803,7 @@ def test_a_request_of_more_spans_than_the_limit_is_refused_whole_naming_it(agent
 
 
 def test_a_span_with_more_events_than_the_limit_is_rejected_naming_it(agent: APIClient) -> None:
-    from reasoning.otlp import MAX_EVENTS
+    from reasoning.recording.otlp import MAX_EVENTS
 
     events: list[tuple[str, Mapping[str, object]]] = [("tick", {}) for _ in range(MAX_EVENTS + 1)]
     answer = send(agent, otlp.span("root"), otlp.child(events=events))
@@ -814,7 +814,7 @@ def test_a_span_with_more_events_than_the_limit_is_rejected_naming_it(agent: API
 
 
 def test_spans_waiting_for_their_parent_are_bounded_per_trace(agent: APIClient, settings: Settings) -> None:
-    from reasoning import traces
+    from reasoning.recording import traces
 
     settings_limit = 3
     original, traces.MAX_PENDING_PER_TRACE = traces.MAX_PENDING_PER_TRACE, settings_limit

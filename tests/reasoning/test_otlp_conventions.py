@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from reasoning.otlp import UNKNOWN_KEY, map_request
 from reasoning.recording.conventions import CONVENTIONS
+from reasoning.recording.otlp import UNKNOWN_KEY, map_request
 from tests.otlp import CHILD_SPAN_ID, child, request, span
 
 MARKER = "Jane-Doe-MRN-4417"

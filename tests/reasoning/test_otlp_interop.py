@@ -31,7 +31,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from rest_framework.test import APIClient
 
 from reasoning.models import ReasoningFlow, ReasoningStep
-from reasoning.otlp import decode_request
+from reasoning.recording.otlp import decode_request
 
 pytestmark = pytest.mark.django_db
 

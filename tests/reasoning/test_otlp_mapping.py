@@ -1,4 +1,4 @@
-"""reasoning.otlp: decoding OTLP/HTTP trace bodies and mapping spans to flow and step fields.
+"""reasoning.recording.otlp: decoding OTLP/HTTP trace bodies and mapping spans to flow and step fields.
 
 Pure unit tests: no database, no HTTP. ``tests/otlp.py`` builds the requests.
 """
@@ -27,7 +27,7 @@ from opentelemetry.trace import Status as SdkStatus
 from opentelemetry.trace import StatusCode
 
 from core.serializers import plain_text_validator
-from reasoning.otlp import (
+from reasoning.recording.otlp import (
     EVENTS_KEY,
     MappedSpan,
     OtlpBodyError,
@@ -528,7 +528,7 @@ def test_a_nested_agent_span_may_open_a_flow_or_be_an_agent_step() -> None:
     nested = child("invoke_agent researcher", attributes={"gen_ai.operation.name": "invoke_agent"})
     root, agent = mapped(span(), nested)
     assert root.opens_flow
-    # Placing decides (reasoning.traces): both parts are ready.
+    # Placing decides (reasoning.recording.traces): both parts are ready.
     assert (agent.opens_flow, agent.parent_span_id, agent.kind) == (False, ROOT_SPAN_ID, "agent")
     assert agent.flow["trigger_type"] == "invoke_agent"
     assert (agent.step["kind"], agent.step["summary_text"]) == ("agent", "Agent researcher ran")

@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 from audit.actions import Action
 from audit.models import AuditEvent
 from reasoning.models import PendingSpan, ReasoningFlow, ReasoningStep
-from reasoning.traces import adopt_orphans, span_uuid
+from reasoning.recording.traces import adopt_orphans, span_uuid
 from tests import otlp
 
 pytestmark = pytest.mark.django_db

@@ -1,7 +1,7 @@
 """Producers at flow close: weak Researcher results and rejected Critic claims feed the loop.
 
 Flows are opened, filled and closed through the real API with a ``reasoning.write``
-token; the close owes the production (``reasoning.close_work``) and its first attempt runs from
+token; the close owes the production (``reasoning.recording.close_work``) and its first attempt runs from
 ``transaction.on_commit``, so the close is made inside
 ``django_capture_on_commit_callbacks(execute=True)`` (and once for real, in a transactional test).
 """
@@ -23,8 +23,8 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
-from reasoning import close_work
 from reasoning.models import CloseWork, ReasoningFlow
+from reasoning.recording import close_work
 from research_backlog import services
 from research_backlog.models import ClaimReview, ResearchRequest
 from research_backlog.producers import produce

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
-from reasoning import close_work
+from reasoning.recording import close_work
 
 
 class Command(BaseCommand):

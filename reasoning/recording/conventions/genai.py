@@ -4,7 +4,7 @@ The names every other instrumentation may also send, so this convention is asked
 Content: messages and system instructions, tool definitions, call arguments and results,
 retrieval queries and documents, evaluation explanations; the deprecated indexed families
 ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*``; the ``gen_ai.*`` span events (which
-``reasoning.otlp`` encrypts with every other event).
+``reasoning.recording.otlp`` encrypts with every other event).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 MLflow encodes every attribute value as JSON (a span type arrives as ``"\\"LLM\\""``), which
 :func:`reasoning.recording.conventions.text` decodes. Its inputs and outputs are whole
 request and response payloads -- the provider's raw ``reasoning_content`` included -- so
-they are content, with the reasoning fenced out (``reasoning.otlp``). With
+they are content, with the reasoning fenced out (``reasoning.recording.otlp``). With
 ``MLFLOW_ENABLE_OTEL_GENAI_SEMCONV=true`` MLflow sends the GenAI names instead.
 """
 

@@ -26,7 +26,7 @@ CONVENTION = Convention(
     output_tokens=("llm.usage.completion_tokens",),
     reasoning_tokens=("llm.usage.reasoning_tokens",),
     cached_tokens=("gen_ai.usage.cache_read_input_tokens",),
-    # A tool's or an agent's entity name (only read for spans of that kind: see reasoning.otlp).
+    # A tool's or an agent's entity name (only read for spans of that kind: see reasoning.recording.otlp).
     tool=(),
     agent=(),
     session=(f"{ASSOCIATION}session_id", f"{ASSOCIATION}session.id", f"{ASSOCIATION}conversation_id"),

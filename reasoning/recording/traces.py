@@ -1,6 +1,6 @@
 """OpenTelemetry spans → flows and steps (``POST /v1/traces``), through the one write path.
 
-``reasoning.otlp`` maps each span to the JSON routes' fields; here the spans are placed:
+``reasoning.recording.otlp`` maps each span to the JSON routes' fields; here the spans are placed:
 
 * A root span (no parent) opens a flow whose id is derived from its trace and span ids
   (``span_uuid``), opened and closed at once (exporters send a span when it ends): created at
@@ -53,10 +53,10 @@ from rest_framework.exceptions import ValidationError
 from core.api_views import flat_errors
 from core.bulk import fetch
 from core.serializers import validated
-from reasoning import ingest
 from reasoning.models import PendingSpan, ReasoningFlow
-from reasoning.otlp import AGENT_TRIGGER, DEFAULT_KIND, MappedSpan, SpanProblem
+from reasoning.recording import ingest
 from reasoning.recording.conventions import AGENT
+from reasoning.recording.otlp import AGENT_TRIGGER, DEFAULT_KIND, MappedSpan, SpanProblem
 from reasoning.serializers import FlowCloseSerializer, FlowCreateSerializer, StepCreateSerializer
 
 # uuid5 namespace of the flow and step ids derived from OTLP (trace id, span id).

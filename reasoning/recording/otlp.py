@@ -2,7 +2,7 @@
 
 Pure: no database, no request object. The view un-gzips the body, calls :func:`decode_request`
 (a body it cannot use at all is an :class:`OtlpBodyError`, answered 400), then
-:func:`map_request`; ``reasoning.traces`` places and writes what comes back. The mapped dicts
+:func:`map_request`; ``reasoning.recording.traces`` places and writes what comes back. The mapped dicts
 carry the field names of the JSON routes and are validated by their serializers
 (``FlowCreateSerializer``, ``FlowCloseSerializer``, ``StepCreateSerializer``) before anything
 is written. A value copied verbatim from a ``reasoning.*`` attribute reaches those serializers
@@ -39,7 +39,7 @@ Which spans open flows
   A root span (an empty or all-zero ``parent_span_id``) opens a flow (``opens_flow``). A
   root that is itself a call (``llm_prompt``, ``tool_call``, ``embedding``, ``retrieval``,
   ``rerank``) also has a ``step``: the flow's one call. An agent span (kind ``agent``) that
-  has a parent gets both ``flow``/``close`` and ``step``: ``reasoning.traces`` decides when it
+  has a parent gets both ``flow``/``close`` and ``step``: ``reasoning.recording.traces`` decides when it
   places the span whether it nests (its own flow) or is an agent step of its root's flow.
   Every other span has a ``step`` only.
 
@@ -51,7 +51,7 @@ Flow (``flow``)
   trigger_summary  reasoning.trigger_summary, when present
   agent            reasoning.agent, else the conventions' agent; for an agent span without
                    one, traceloop.entity.name or the span name (less an ``invoke_agent `` prefix);
-                   a flow without one takes it when placed (``reasoning.traces``)
+                   a flow without one takes it when placed (``reasoning.recording.traces``)
   session_id       reasoning.session_id, else the conventions' session (≤ 100 chars)
   user_id          reasoning.user_id, else the conventions' user: the write path keeps only
                    its keyed pseudonym (``user_ref``)
@@ -273,7 +273,7 @@ class MappedSpan:
     step: dict[str, Any]  # StepCreateSerializer fields; {} for a root span that is no call
     kind: str = DEFAULT_KIND  # the derived step kind ("agent" for agent spans)
     agent_named: bool = False  # the span names its agent itself (else step["agent"] is the fallback)
-    # An agent span that names its agent by an attribute: an agent within it nests (reasoning.traces).
+    # An agent span that names its agent by an attribute: an agent within it nests (reasoning.recording.traces).
     agent_scope: bool = False
     # A root agent's span-name label, else the resource's agent or service.name, as a label.
     fallback_agent: str = "otlp"
@@ -578,7 +578,7 @@ def _mapped(
     tool = facts.tool
     if tool is None and kind == conventions.TOOL:
         tool = conventions.text(attributes.get(traceloop.ENTITY_NAME)) or span.name
-    # Named by an attribute: an agent span named so opens an agent's scope (reasoning.traces).
+    # Named by an attribute: an agent span named so opens an agent's scope (reasoning.recording.traces).
     attribute_agent = own_step.get("agent") or own_flow.get("agent") or _label(agent or "", MAX_LABEL)
     span_name_agent = _label(span.name.removeprefix(AGENT_SPAN_PREFIX), MAX_LABEL) if kind == conventions.AGENT else ""
     agent_label = attribute_agent or span_name_agent
@@ -591,7 +591,7 @@ def _mapped(
     close: dict[str, Any] = {}
     if opens_flow or kind == conventions.AGENT:
         # A root names its flow's agent by an attribute only: one named by its span alone ("Agent
-        # workflow") yields to the first agent its steps name (reasoning.traces).
+        # workflow") yields to the first agent its steps name (reasoning.recording.traces).
         flow_agent = attribute_agent if opens_flow else agent_label
         flow, close = _flow(span, own_flow, trace_id, kind, attributes, facts, flow_agent, error_type)
     step: dict[str, Any] = {}

@@ -1,7 +1,7 @@
 """The one write path of flows and steps, done in bulk.
 
 Every route that records reasoning ends here: ``POST /api/reasoning/ingest`` (whole
-flows), ``POST /v1/traces`` (OpenTelemetry spans, through ``reasoning.traces``) and the
+flows), ``POST /v1/traces`` (OpenTelemetry spans, through ``reasoning.recording.traces``) and the
 single routes (open, step, steps/batch, close; ``reasoning.services`` wraps them). A
 request is a list of ``Item``s; an item is one flow's part of the request: open it
 (``create``), append ``steps``, ``close`` it, or any of these together.
@@ -12,7 +12,7 @@ the number of items and steps (``INSERT … SELECT FROM unnest`` for flows, step
 audit events, ``UPDATE … FROM unnest`` for stored flows: ``core.bulk``), and the close of every closing
 flow (outcome confidence, summary guard, radar snapshot) is computed for all of them at
 once. The work the closes owe other apps (pathway extraction, backlog producers) is recorded
-in the same transaction and done after the commit (``reasoning.close_work``).
+in the same transaction and done after the commit (``reasoning.recording.close_work``).
 
 Retries are safe with client-chosen ids: an item whose flow, steps and close are all
 stored exactly as sent is ``replayed``; a different body under a stored id is a conflict.
@@ -38,9 +38,10 @@ from audit.services import Event, payload_float, record_many
 from core.bulk import bound_cursor, fetch, insert_rows
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
 from patients.models import Patient
-from reasoning import close_work, metrics
+from reasoning import metrics
 from reasoning.models import ReasoningFlow, ReasoningStep
 from reasoning.radar import StepFacts, radars_of
+from reasoning.recording import close_work
 from reasoning.signals import close_events_of
 from reasoning.summary_guard import check_all
 

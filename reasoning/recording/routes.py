@@ -1,6 +1,6 @@
 """The bulk write routes: ``POST /api/reasoning/ingest`` (whole flows as JSON) and
-``POST /v1/traces`` (OpenTelemetry OTLP/HTTP). Thin: validate, call ``reasoning.ingest``
-(through ``reasoning.traces`` for spans), shape the per-item answer."""
+``POST /v1/traces`` (OpenTelemetry OTLP/HTTP). Thin: validate, call ``reasoning.recording.ingest``
+(through ``reasoning.recording.traces`` for spans), shape the per-item answer."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, flat_errors
 from core.errors import ServiceError
 from core.serializers import validated
-from reasoning import ingest, otlp, traces
 from reasoning.auth import CanWrite, changes_only_own_flows
+from reasoning.recording import ingest, otlp, traces
 from reasoning.serializers import (
     MAX_INGEST_FLOWS,
     MAX_INGEST_STEPS,
@@ -249,7 +249,7 @@ def _otlp_answer(message: Any, encoding: str, status_code: int) -> HttpResponse:
     return HttpResponse(json_format.MessageToJson(message, indent=None), status=status_code, content_type=otlp.JSON)
 
 
-# The OTLP JSON request as the server reads it (reasoning.otlp._decode_json): an object whose only top-level
+# The OTLP JSON request as the server reads it (reasoning.recording.otlp._decode_json): an object whose only top-level
 # field is `resourceSpans` (or its proto name); what the spans hold is the OTLP specification's.
 _OTLP_RESOURCE_SPANS = {
     "type": "array",
@@ -268,7 +268,7 @@ class OtlpTracesView(ApiView):
     as the OTLP/HTTP specification asks."""
 
     permission_classes = [CanWrite]
-    # The body is decoded here (reasoning.otlp), not by DRF; the middleware has undone gzip.
+    # The body is decoded here (reasoning.recording.otlp), not by DRF; the middleware has undone gzip.
     parser_classes: list[Any] = []
     openapi_request_body_required = True  # without one: 415 (core.api_views.AutoSchema)
 
