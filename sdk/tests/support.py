@@ -1,4 +1,4 @@
-"""Helpers of the SDK's tests (which import nothing from the project, hence not shared with ``tests/sdk``)."""
+"""Helpers of the SDK's tests (they import nothing from the project; tests/sdk/support.py borrows these)."""
 
 from __future__ import annotations
 

@@ -1,35 +1,30 @@
-"""Helpers of the SDK tests."""
+"""Helpers of the SDK tests run against this server: ``run_in_thread`` is the SDK's own test
+helper (``sdk/tests/support.py``, loaded from its file: the SDK's tests import nothing from the
+project, so the project borrows from them rather than the other way round)."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import importlib.util
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+SDK_SUPPORT = Path(__file__).resolve().parents[2] / "sdk" / "tests" / "support.py"
 
-def run_in_thread(function: Callable[[], T]) -> T:
-    """``function()`` in a thread of its own; its exception is raised here.
 
-    Playwright's sync API (the browser tests share the session) keeps an event loop running in
-    the main thread, and ``asyncio.run`` refuses to start inside a running loop."""
-    outcome: dict[str, Any] = {}
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("reasoning_flow_sdk_tests_support", SDK_SUPPORT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def target() -> None:
-        try:
-            outcome["value"] = function()
-        except BaseException as error:  # handed to the test's thread
-            outcome["error"] = error
 
-    thread = threading.Thread(target=target, name="asyncio-test")
-    thread.start()
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    value: T = outcome["value"]
-    return value
+run_in_thread: Callable[[Callable[[], Any]], Any] = _load().run_in_thread
 
 
 def run_async(main: Callable[[], Awaitable[T]]) -> T:
@@ -38,4 +33,5 @@ def run_async(main: Callable[[], Awaitable[T]]) -> T:
     async def wrapped() -> T:
         return await main()
 
-    return run_in_thread(lambda: asyncio.run(wrapped()))
+    value: T = run_in_thread(lambda: asyncio.run(wrapped()))
+    return value
