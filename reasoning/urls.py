@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from django.urls import path
 
-from reasoning import api, drift_api, outcomes_api, review_api, turns_api
+from reasoning import api, drift_api, outcomes_api, review_api
 from reasoning.recording import routes as recording
+from reasoning.turns import routes as turns_api
 
 urlpatterns = [
     path("api/reasoning/ingest", recording.IngestView.as_view(), name="ingest"),

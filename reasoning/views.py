@@ -32,13 +32,14 @@ from core.access import is_operator, operator_required
 from core.actors import actor_for
 from core.errors import InvalidInput, NotFound
 from core.templatetags.durations import format_duration
-from reasoning import dag, dashboard, summary_guard, turns, waterfall
+from reasoning import dag, dashboard, summary_guard, waterfall
 from reasoning.access import NarrativeReadThrottle, patient_of
 from reasoning.dimensions import is_radar
 from reasoning.flow_search import FlowSearch
 from reasoning.models import ReasoningFlow, ReasoningStep
 from reasoning.narrative import list_decisions, read_narrative
 from reasoning.services import STEPS_PER_PAGE, FlowStepsPage, read_flow_page_for_admin
+from reasoning.turns import graph as turns
 
 
 @login_required
@@ -337,7 +338,7 @@ def reasoning_dashboard_page(request: HttpRequest) -> HttpResponse:
 @operator_required
 @require_safe
 def admin_turn_page(request: HttpRequest, trace_id: str) -> HttpResponse:
-    """Every flow of ``trace_id`` as one graph (``reasoning.turns``): a labelled cluster per
+    """Every flow of ``trace_id`` as one graph (``reasoning.turns.graph``): a labelled cluster per
     flow in time order, cross-flow edges between them, each node linking to its step on its
     flow's page; then the list of the turn's flows. Audited like the turn route. A trace id
     no flow has (or one too long to be one) renders the 404 page."""

@@ -1,4 +1,4 @@
-"""The research backlog's links between flows, for the turn view (``reasoning.turns``).
+"""The research backlog's links between flows, for the turn view (``reasoning.turns.graph``).
 
 A flow dispatched from the backlog (``dispatched_from_backlog``) answers a request; the
 request names the flow whose weak result produced it (``source_flow``) and, once completed,

@@ -11,7 +11,7 @@ from audit.models import AuditEvent
 from reasoning.demo_sessions import SESSION_AGENTS, SESSIONS_PER_AGENT, TURN_TRACE_ID, session_id
 from reasoning.models import DriftReport, ReasoningFlow, ReasoningStep
 from reasoning.sessions import session_summaries
-from reasoning.turns import turn_edges
+from reasoning.turns.graph import turn_edges
 
 pytestmark = pytest.mark.django_db
 

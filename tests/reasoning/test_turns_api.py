@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow
-from reasoning.turns import MAX_TURN_FLOWS, MAX_TURN_STEPS
+from reasoning.turns.graph import MAX_TURN_FLOWS, MAX_TURN_STEPS
 from tests import factories
 from tests.factories import NOW
 
@@ -290,7 +290,7 @@ def test_a_turn_past_the_flow_bound_shows_the_first_flows_and_says_truncated(ope
 def test_a_turn_past_the_step_bound_shows_the_first_steps_and_says_truncated(
     operator: APIClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("reasoning.turns.MAX_TURN_STEPS", 4)
+    monkeypatch.setattr("reasoning.turns.graph.MAX_TURN_STEPS", 4)
     turn = make_turn()
 
     body = operator.get(turn_url(TRACE)).json()
