@@ -399,6 +399,8 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "reasoning.access.document_write_rate_limit",
+        # The 413 of a body over its limit, on every operation that takes a body.
+        "core.api_views.document_body_limit",
         # How a flow's operations chain (open -> steps -> close -> read), as OpenAPI links.
         "reasoning.openapi_links.document_flow_links",
     ],

@@ -299,3 +299,20 @@ def flat_errors(errors: Any, prefix: str = "") -> dict[str, list[str]]:
 
     walk(errors, prefix)
     return flat
+
+
+def document_body_limit(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular hook: every operation that takes a body documents the 413 a body over the
+    route's limit gets (``REQUEST_MAX_BYTES``; the bulk routes document their own larger limit)."""
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            if not isinstance(operation, dict) or "requestBody" not in operation:
+                continue
+            operation.setdefault("responses", {}).setdefault(
+                "413",
+                {
+                    "description": "The body is larger than REQUEST_MAX_BYTES (1 MiB by default).",
+                    "content": {"application/json": {"schema": {"type": "object", "additionalProperties": {}}}},
+                },
+            )
+    return result
