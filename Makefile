@@ -68,7 +68,7 @@ test: lint db browser
 # (sent, acknowledged, stored, lost, duplicated, 5xx, recovery); any loss or duplicate fails.
 faults: db
 	RFT_FAULTS_LONG=1 RFT_TEST_DB_NAME=test_rft_faults $(BIN)/pytest tests/test_faults.py tests/test_slow_clients.py \
-		tests/reasoning/test_otlp_span_ownership.py -p no:randomly -n 0 -s
+		tests/reasoning/recording/test_otlp_span_ownership.py -p no:randomly -n 0 -s
 
 # The longer schemathesis campaign (tests/test_fuzz.py; `make test` runs 10 examples per operation):
 # 500 per operation plus the coverage phase (every documented boundary). Then bounded work per request
@@ -81,7 +81,7 @@ fuzz: db
 
 # Re-capture what real instrumentation libraries send (scripts/interop/: each library at its current
 # version in a throw-away virtualenv under /tmp/rft-interop, against a fake model server on loopback)
-# into tests/fixtures/otlp/, then replay them (tests/reasoning/test_otlp_interop.py): a library whose
+# into tests/fixtures/otlp/, then replay them (tests/reasoning/recording/test_otlp_interop.py): a library whose
 # new version maps differently fails there, naming the field. INTEROP=<library> captures one.
 # interop-accept records what is stored now as the expectations (read the diff before committing).
 INTEROP ?=
@@ -89,7 +89,7 @@ interop: db
 	$(BIN)/python scripts/interop/interop.py $(INTEROP)
 
 interop-accept: db
-	RFT_INTEROP_UPDATE=1 $(BIN)/pytest tests/reasoning/test_otlp_interop.py -p no:randomly -q
+	RFT_INTEROP_UPDATE=1 $(BIN)/pytest tests/reasoning/recording/test_otlp_interop.py -p no:randomly -q
 
 # The write-path benchmark drives the API with Debian's wrk: install it when missing.
 wrk:

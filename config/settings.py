@@ -384,7 +384,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_PATCH": False,
     "ENUM_NAME_OVERRIDES": {
         "FlowStateEnum": "reasoning.models.ReasoningFlow.State",
-        "FlowCloseStateEnum": "reasoning.serializers.CLOSE_STATES",
+        "FlowCloseStateEnum": "reasoning.recording.serializers.CLOSE_STATES",
         "ResearchRequestStatusEnum": "research_backlog.models.ResearchRequestStatus",
         "ClaimReviewStatusEnum": "research_backlog.models.ClaimReviewStatus",
         "ResearchReasonEnum": "research_backlog.models.ResearchRequest.Reason",
@@ -402,7 +402,7 @@ SPECTACULAR_SETTINGS = {
         # The 413 of a body over its limit, on every operation that takes a body.
         "core.api_views.document_body_limit",
         # How a flow's operations chain (open -> steps -> close -> read), as OpenAPI links.
-        "reasoning.openapi_links.document_flow_links",
+        "reasoning.recording.openapi_links.document_flow_links",
     ],
 }
 

@@ -7,8 +7,8 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from core.api import not_found
+from reasoning.dashboard.page import dashboard_home
 from reasoning.health import healthz
-from reasoning.views import dashboard_home
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

@@ -16,7 +16,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from reasoning.models import ApiToken, ReasoningFlow
-from reasoning.services import create_api_token, rotate_api_token
+from reasoning.tokens import create_api_token, rotate_api_token
 
 from .tools import run_tool
 

@@ -3,7 +3,7 @@
 Flows and steps come from agents through the API, so here they are only viewed; opening
 a flow is audited like ``GET /admin/v1/reasoning/flows/<id>``. The encrypted step
 columns (PII values, raw chain-of-thought) are neither loaded nor shown. Tokens are
-created and revoked through ``reasoning.services``, which write the audit events.
+created and revoked through ``reasoning.tokens``, which write the audit events.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from django.utils.safestring import SafeString, mark_safe
 
 from audit.admin import ReadOnlyAdmin, ServiceAdmin
 from core.errors import Conflict
-from reasoning import services
+from reasoning import tokens as reasoning_tokens
 from reasoning.dimensions import is_radar
+from reasoning.flows import services as flows_services
+from reasoning.flows.serializers import FLOW_FIELDS
 from reasoning.models import ApiToken, DriftReport, EvaluationRun, ReasoningFlow, ReasoningStep
-from reasoning.serializers import FLOW_FIELDS
 from reasoning.templatetags.radar import radar
 
 ENCRYPTED_STEP_FIELDS = ("inputs_pii", "outputs_pii", "reasoning_content")
@@ -137,7 +138,7 @@ class ReasoningFlowAdmin(ReadOnlyAdmin):
         # 200 means the flow exists and this user may view it. Audited like the API's
         # operator read; the service's own read of the steps is the price of one code path.
         if request.method == "GET" and response.status_code == 200:
-            services.read_flow_for_admin(uuid.UUID(unquote(object_id)), actor=ServiceAdmin.actor(request))
+            flows_services.read_flow_for_admin(uuid.UUID(unquote(object_id)), actor=ServiceAdmin.actor(request))
         return response
 
 
@@ -211,7 +212,7 @@ class ApiTokenAdmin(ServiceAdmin):
         # Only the add form gets here: without change permission a POST to a token is a 403.
         data = form.cleaned_data
         patient = data.get("patient")
-        token, raw = services.create_api_token(
+        token, raw = reasoning_tokens.create_api_token(
             name=data["name"],
             scopes=data["scopes"],
             actor=self.actor(request),
@@ -227,7 +228,7 @@ class ApiTokenAdmin(ServiceAdmin):
         revoked = 0
         for name in queryset.filter(revoked_at__isnull=True).values_list("name", flat=True):
             try:
-                services.revoke_api_token(name=name, actor=actor)
+                reasoning_tokens.revoke_api_token(name=name, actor=actor)
             except Conflict:
                 continue  # revoked meanwhile by someone else
             revoked += 1

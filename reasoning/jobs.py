@@ -18,11 +18,13 @@ from audit.privileges import as_owner
 from audit.services import job_run, record
 from core.errors import Conflict
 from core.partitions import MONTHS_AHEAD, add_months, drop, ensure_ahead, expired
-from reasoning.drift import judge_agent
-from reasoning.drift_queries import completed_sessions, reported_sessions
+from reasoning.agents.drift import judge_agent
+from reasoning.agents.drift_queries import completed_sessions, reported_sessions
+from reasoning.agents.services import store_drift_reports
+from reasoning.flows.services import purge_reasoning_batch
 from reasoning.models import DriftReport, ReasoningFlow, ReasoningStep
+from reasoning.recording.services import close_flow
 from reasoning.recording.traces import adopt_orphans
-from reasoning.services import close_flow, purge_reasoning_batch, store_drift_reports
 
 logger = logging.getLogger(__name__)
 

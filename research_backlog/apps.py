@@ -10,7 +10,7 @@ class ResearchBacklogConfig(AppConfig):
     def ready(self) -> None:
         from audit.actions import Action
         from reasoning.signals import CloseReceiver, register_close_receiver
-        from reasoning.turns.graph import register_flow_links
+        from reasoning.turns.services import register_flow_links
         from research_backlog import producers
         from research_backlog.turns import backlog_links
 

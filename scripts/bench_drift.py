@@ -115,7 +115,7 @@ def run_job() -> tuple[float, float, int, int, Counter[str]]:
     import django
 
     django.setup()
-    from reasoning.drift_queries import completed_sessions
+    from reasoning.agents.drift_queries import completed_sessions
     from reasoning.jobs import compute_drift_reports
 
     started = time.perf_counter()

@@ -86,7 +86,7 @@ def time_views(requests: int) -> dict[str, list[float]]:
     django.setup()
     from django.test import Client
 
-    from reasoning.services import create_operator
+    from reasoning.tokens import create_operator
 
     # A throw-away login on a throw-away database; the session is forced, the password never typed.
     user = create_operator(username="bench-operator", password=secrets.token_urlsafe(16), actor="system:bench")
@@ -104,7 +104,7 @@ def time_views(requests: int) -> dict[str, list[float]]:
             assert response.status_code == 200
         timings[name] = times
     # The summary strip, computed (not from its one-minute cache): what a first view waits for.
-    from reasoning.flow_search import FlowSearch
+    from reasoning.flows.search import FlowSearch
 
     for name, params in (("summary_all", {}), ("summary_filtered", VIEWS["filtered"])):
         search = FlowSearch.parse(params)

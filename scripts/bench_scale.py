@@ -623,7 +623,7 @@ def next_event_id(url: str) -> int:
 def setup_people(env: dict[str, str]) -> tuple[Any, list[str], list[str]]:
     """The operator, and PATIENTS consenting patients: their ids and patient-bound read tokens."""
     from patients.services import create_patient
-    from reasoning.services import create_api_token, create_operator
+    from reasoning.tokens import create_api_token, create_operator
 
     operator = create_operator(username="bench-operator", password=uuid.uuid4().hex, actor=ACTOR)
     ids, tokens = [], []

@@ -93,7 +93,8 @@ def seed(patients: int, flows_per_patient: int) -> dict[str, Any]:
     from patients.services import create_patient
     from reasoning.management.commands.load_demo import OPERATOR
     from reasoning.models import ReasoningFlow
-    from reasoning.services import add_steps, close_flow, create_api_token, start_flow
+    from reasoning.recording.services import add_steps, close_flow, start_flow
+    from reasoning.tokens import create_api_token
 
     _, write_token = create_api_token(name="load-agents", scopes=["reasoning.write"], actor=ACTOR)
     seeded = []

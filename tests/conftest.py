@@ -77,7 +77,7 @@ def metric_snapshot() -> Callable[[], MetricSnapshot]:
 @pytest.fixture
 def make_token(db: None) -> Callable[..., str]:
     """Create a token with the given scopes; return the raw bearer secret."""
-    from reasoning.services import create_api_token
+    from reasoning.tokens import create_api_token
 
     counter = iter(range(1_000_000))
 
@@ -124,7 +124,7 @@ def reader(make_token: Callable[..., str]) -> APIClient:
 # Console, and her page actions are audited as ``user:<pk>``.
 @pytest.fixture
 def operator_user(db: None) -> User:
-    from reasoning.services import create_operator
+    from reasoning.tokens import create_operator
 
     user = create_operator(username="olive.operator", password=PASSWORD, actor="system:test")
     assert isinstance(user, User)

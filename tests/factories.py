@@ -23,8 +23,8 @@ from rest_framework.test import APIClient
 
 from pathways.models import Pathway
 from patients.models import Patient
-from reasoning import services
 from reasoning.models import ReasoningFlow
+from reasoning.recording import services
 from research_backlog.models import ClaimReview, ResearchRequest
 
 FLOWS = "/api/reasoning/flows"

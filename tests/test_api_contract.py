@@ -21,7 +21,7 @@ from core.api_views import ApiView
 from core.serializers import StrictBooleanField, StrictCharField, StrictFloatField, StrictIntegerField, StrictSerializer
 from patients.services import create_patient
 from reasoning.models import ReasoningFlow, ReasoningStep
-from reasoning.services import create_api_token
+from reasoning.tokens import create_api_token
 from research_backlog.models import ResearchRequest
 
 pytestmark = pytest.mark.django_db

@@ -24,7 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from reasoning.recording import otlp, traces
-from reasoning.serializers import MAX_INGEST_FLOWS, MAX_INGEST_STEPS
+from reasoning.recording.serializers import MAX_INGEST_FLOWS, MAX_INGEST_STEPS
 from tests import faults_support as faults
 from tests.otlp import MS, T0, protobuf_body, request, span
 from tests.servers import Gunicorn, Server

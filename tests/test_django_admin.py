@@ -26,7 +26,7 @@ from pathways.models import Pathway
 from patients.models import Patient
 from patients.services import create_patient
 from reasoning.models import ApiToken, ReasoningFlow
-from reasoning.services import create_api_token
+from reasoning.tokens import create_api_token
 from tests.conftest import events
 from tests.factories import add_step, logged_in, make_flow
 from tests.html import doc, parse
@@ -364,7 +364,7 @@ def test_service_refusal_at_save_is_an_error_message_not_a_500(
     def conflict(**kwargs: Any) -> None:
         raise Conflict("a token named 'racy' already exists", field="name")
 
-    monkeypatch.setattr("reasoning.services.create_api_token", conflict)
+    monkeypatch.setattr("reasoning.tokens.create_api_token", conflict)
 
     response = admin_client.post(
         "/admin/reasoning/apitoken/add/", {"name": "racy", "scopes": ["reasoning.read"], "_save": "Save"}, follow=True

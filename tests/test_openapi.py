@@ -383,7 +383,7 @@ def _send_field(component: str, field: str, value: str, agent: APIClient, operat
     raise AssertionError(f"no sender for {component}: add one so its patterns are checked")
 
 
-# Fields the summary guard reads (reasoning.outcomes): a pattern-matching value may still be refused.
+# Fields the summary guard reads (reasoning.outcomes.services): a pattern-matching value may still be refused.
 GUARDED = {("OutcomeRecordRequest", "outcome"), ("OutcomeBatchItemRequest", "outcome")}
 _GUARD_RULE = re.compile(r"Refused by the summary guard \(rule: ([a-z0-9_]+)\)")
 

@@ -30,9 +30,9 @@ from audit.verify import verify_chain
 from core.partitions import create_month, drop, partition_name, partition_names
 from patients.models import Patient
 from patients.services import create_patient, set_legal_hold
-from reasoning import services
 from reasoning.jobs import create_partitions_ahead, drop_expired_partitions
 from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.recording import services
 from tests.factories import make_flow
 
 pytestmark = pytest.mark.django_db(transaction=True)

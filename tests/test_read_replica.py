@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection
 
 from audit.models import AuditEvent
-from reasoning.services import close_flow, start_flow
+from reasoning.recording.services import close_flow, start_flow
 from tests.servers import Gunicorn, Server, StreamingReplica, environment_for_test_database
 
 pytestmark = [

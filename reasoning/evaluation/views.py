@@ -19,7 +19,7 @@ from django.views.decorators.http import require_safe
 
 from core.access import operator_required
 from core.actors import actor_for
-from reasoning import services
+from reasoning.evaluation import services
 from reasoning.evaluation.export import ExportFilters, count_raw, encode, raw_rows, read_snapshot
 from reasoning.evaluation.page import evaluation_page
 

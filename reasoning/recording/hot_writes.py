@@ -19,10 +19,10 @@ Anything else (no or a bad token, a missing scope, another content type, a query
 ``Accept`` asking for something else) goes on to the DRF view unchanged, which answers it as it
 always has. What runs is what the view runs, not a copy: ``reasoning.auth.authenticate_bearer``
 (the token cache), ``reasoning.access.WriteRateThrottle`` (``API_WRITE_RATE_LIMIT``),
-``core.api.StrictJSONParser``, ``reasoning.api.open_flow`` / ``add_step`` / ``close_flow``
+``core.api.StrictJSONParser``, ``reasoning.recording.flow_routes.open_flow`` / ``add_step`` / ``close_flow``
 (validation, the service, the representation), ``core.api.exception_handler`` for every error
 and DRF's ``JSONRenderer``; the answer carries the ``Allow`` header DRF's would.
-``tests/reasoning/test_hot_writes.py`` sends the same requests both ways and compares the
+``tests/reasoning/recording/test_hot_writes.py`` sends the same requests both ways and compares the
 answers and what was stored.
 
 ``HOT_WRITES=off`` turns it off (every request then goes through DRF).
@@ -43,10 +43,10 @@ from rest_framework.renderers import JSONRenderer
 
 from core.api import StrictJSONParser, exception_handler
 from core.api_views import ApiView
-from reasoning import api
 from reasoning.access import WriteRateThrottle
 from reasoning.auth import TokenPrincipal, authenticate_bearer, only_own_flows
 from reasoning.models import ApiToken
+from reasoning.recording import flow_routes as api
 
 _FLOW = "/api/reasoning/flows/"
 _STEPS = "/steps"
@@ -76,7 +76,7 @@ class _Caller:
         self.user = user
 
 
-# What a hot route runs once the caller is known: ``reasoning.api``'s function for the route,
+# What a hot route runs once the caller is known: ``reasoning.recording.flow_routes``'s function for the route,
 # its flow id bound; called with the body's data, ``actor`` and ``opener_only``.
 Handler = Callable[..., api.Answer]
 

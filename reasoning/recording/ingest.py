@@ -2,7 +2,7 @@
 
 Every route that records reasoning ends here: ``POST /api/reasoning/ingest`` (whole
 flows), ``POST /v1/traces`` (OpenTelemetry spans, through ``reasoning.recording.traces``) and the
-single routes (open, step, steps/batch, close; ``reasoning.services`` wraps them). A
+single routes (open, step, steps/batch, close; ``reasoning.recording.services`` wraps them). A
 request is a list of ``Item``s; an item is one flow's part of the request: open it
 (``create``), append ``steps``, ``close`` it, or any of these together.
 

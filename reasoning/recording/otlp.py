@@ -210,7 +210,7 @@ MAX_MODEL = 200
 MAX_TOOL = 200
 MAX_REASONING_CONTENT = 200_000
 MAX_INT = 2_147_483_647
-# reasoning.serializers.EARLIEST_TIME (2000-01-01T00:00:00Z) in Unix nanoseconds.
+# reasoning.recording.serializers.EARLIEST_TIME (2000-01-01T00:00:00Z) in Unix nanoseconds.
 EARLIEST_UNIX_NANO = 946_684_800 * 1_000_000_000
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

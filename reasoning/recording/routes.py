@@ -25,7 +25,7 @@ from core.errors import ServiceError
 from core.serializers import validated
 from reasoning.auth import CanWrite, changes_only_own_flows
 from reasoning.recording import ingest, otlp, traces
-from reasoning.serializers import (
+from reasoning.recording.serializers import (
     MAX_INGEST_FLOWS,
     MAX_INGEST_STEPS,
     IngestItemSerializer,

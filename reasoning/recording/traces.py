@@ -57,7 +57,7 @@ from reasoning.models import PendingSpan, ReasoningFlow
 from reasoning.recording import ingest
 from reasoning.recording.conventions import AGENT
 from reasoning.recording.otlp import AGENT_TRIGGER, DEFAULT_KIND, MappedSpan, SpanProblem
-from reasoning.serializers import FlowCloseSerializer, FlowCreateSerializer, StepCreateSerializer
+from reasoning.recording.serializers import FlowCloseSerializer, FlowCreateSerializer, StepCreateSerializer
 
 # uuid5 namespace of the flow and step ids derived from OTLP (trace id, span id).
 SPAN_NAMESPACE = uuid.UUID("6f1d2a8e-8c4b-5e0f-9a57-3c2b1d0e4f61")

@@ -1,2 +1,2 @@
-"""The turn view: every flow of one trace id (an agent turn) as one graph (``graph``), its route
-(``routes``); the page is in ``reasoning.views``."""
+"""The turn view: every flow of one trace id (an agent turn) as one graph (``graph``), its
+audited read (``services``), its route (``routes``) and its page (``page``)."""

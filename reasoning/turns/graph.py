@@ -1,8 +1,8 @@
 """The turn view: every flow of one correlation id (``trace_id``) as one graph.
 
 One agent turn may run several agents, each recording its own flow under the turn's
-``trace_id``. ``read_turn_for_admin`` loads them all (bounded: ``MAX_TURN_FLOWS`` flows,
-``MAX_TURN_STEPS`` steps), in time order, and ``turn_edges`` links their steps:
+``trace_id``. ``read_turn_for_admin`` (``reasoning.turns.services``) loads them all
+(bounded: ``MAX_TURN_FLOWS`` flows, ``MAX_TURN_STEPS`` steps), in time order, and ``turn_edges`` links their steps:
 
 1. ``parent``: a step's primary parent (``parent_step``), within its flow.
 2. ``merge``: each of a step's ``extra_parent_ids``, within its flow.
@@ -33,32 +33,24 @@ Blank refs never link, and neither does a ref compared with its own flow.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-from django.db.models.functions import Coalesce
-
-from audit.actions import Action
-from audit.services import Event, record_many
-from core.errors import InvalidInput, NotFound
-from reasoning import dag
+from core.errors import InvalidInput
+from reasoning.flows import dag
 from reasoning.models import ReasoningFlow, ReasoningStep
 
 MAX_TRACE_ID = 100  # ReasoningFlow.trace_id's length
+
+
 MAX_TURN_FLOWS = 50
+
+
 MAX_TURN_STEPS = 1000
+
+
 SHARED_REFS = ("memory_claim_ref", "decision_graph_node_ref")
-
-# Given a turn's flows, the (source flow id, dispatched flow id) pairs the provider knows of.
-FlowLinksProvider = Callable[[Sequence[ReasoningFlow]], Iterable[tuple[uuid.UUID, uuid.UUID]]]
-_flow_links: FlowLinksProvider | None = None
-
-
-def register_flow_links(provider: FlowLinksProvider | None) -> None:
-    global _flow_links
-    _flow_links = provider
 
 
 @dataclass(frozen=True)
@@ -91,68 +83,6 @@ def check_trace_id(trace_id: str) -> str:
     if not trace_id or len(trace_id) > MAX_TRACE_ID:
         raise InvalidInput(f"must be 1 to {MAX_TRACE_ID} characters", field="trace_id")
     return trace_id
-
-
-@transaction.atomic
-def read_turn_for_admin(trace_id: str, *, actor: str, include_reasoning: bool = False) -> Turn:
-    """Every flow of ``trace_id`` with its steps and the turn's edges, for an operator (audited).
-
-    Audits ``admin.reasoning.turn.read`` (target the turn; the flow ids and counts). With
-    ``include_reasoning`` (the caller checked ``reasoning.cot.read``) raw chain-of-thought
-    is loaded too, and each flow gets the flow route's
-    ``admin.reasoning.flow.reasoning_content_read`` event, so a flow's trail shows every
-    read of its reasoning. Unknown trace id: NotFound. Queries: the flows, their steps, the
-    registered link provider's, one audit statement; whatever the number of flows.
-    """
-    check_trace_id(trace_id)
-    flows = list(ReasoningFlow.objects.filter(trace_id=trace_id).order_by("created_at", "id")[: MAX_TURN_FLOWS + 1])
-    if not flows:
-        raise NotFound(f"no flows with trace_id {trace_id!r}")
-    truncated = len(flows) > MAX_TURN_FLOWS or sum(flow.step_count for flow in flows[:MAX_TURN_FLOWS]) > MAX_TURN_STEPS
-    flows = flows[:MAX_TURN_FLOWS]
-    hidden = ["inputs_pii", "outputs_pii"] + ([] if include_reasoning else ["reasoning_content"])
-    # The turn's steps in time order (as read_flow_for_admin orders a flow's), the first MAX_TURN_STEPS.
-    ordered = list(
-        ReasoningStep.objects.filter(flow_id__in=[flow.pk for flow in flows])
-        .defer(*hidden)
-        .order_by(Coalesce("started_at", "created_at"), "position", "flow_id")[:MAX_TURN_STEPS]
-    )
-    steps: dict[uuid.UUID, list[ReasoningStep]] = {flow.pk: [] for flow in flows}
-    for step in ordered:
-        steps[step.flow_id].append(step)
-    links = list(_flow_links(flows)) if _flow_links is not None else []
-    turn = Turn(
-        trace_id=trace_id,
-        flows=flows,
-        steps=steps,
-        edges=turn_edges(flows, ordered, links),
-        truncated=truncated,
-    )
-    events = [
-        Event(
-            Action.ADMIN_TURN_READ,
-            actor,
-            ("reasoning.turn", trace_id),
-            {
-                "flow_count": len(flows),
-                "step_count": len(ordered),
-                "truncated": truncated,
-                "flow_ids": [str(flow.pk) for flow in flows],
-            },
-        )
-    ]
-    if include_reasoning:
-        events += [
-            Event(
-                Action.ADMIN_FLOW_REASONING_READ,
-                actor,
-                flow,
-                {"steps_with_reasoning": sum(1 for s in steps[flow.pk] if s.reasoning_content), "via": "turn"},
-            )
-            for flow in flows
-        ]
-    record_many(events)
-    return turn
 
 
 def turn_edges(
@@ -230,13 +160,21 @@ def turn_flow_count(trace_id: str) -> int:
     return ReasoningFlow.objects.filter(trace_id=trace_id)[: MAX_TURN_FLOWS + 1].count()
 
 
-# --- Drawing: each flow laid out by reasoning.dag, as a labelled cluster ---------------------
-
 CLUSTER_LABEL = 30  # the band at the top of a cluster holding its label
+
+
 CLUSTER_GAP = 28  # between stacked clusters
+
+
 CLUSTER_MIN_WIDTH = dag.NODE_WIDTH + 2 * dag.MARGIN + 48  # room for the label
+
+
 OUTER = 8  # around the whole drawing
+
+
 LANE_GAP = 14  # between the vertical lanes of cross-flow edges
+
+
 # dag.layout keeps room above its first row for stubs (parents on an earlier page); the label band
 # takes most of it (a stub, only drawn when the turn was truncated, may touch the label).
 STUB_ROOM = dag.TOP - dag.MARGIN

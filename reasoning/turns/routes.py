@@ -12,17 +12,17 @@ from rest_framework.response import Response
 
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView
-from reasoning.api import include_reasoning_of
 from reasoning.auth import IsAdmin
-from reasoning.serializers import AdminFlowSerializer, admin_flow_representation
+from reasoning.flows.parameters import include_reasoning_of
+from reasoning.flows.serializers import AdminFlowSerializer, admin_flow_representation
 from reasoning.turns.graph import (
     MAX_TRACE_ID,
     MAX_TURN_FLOWS,
     MAX_TURN_STEPS,
     Turn,
     check_trace_id,
-    read_turn_for_admin,
 )
+from reasoning.turns.services import read_turn_for_admin
 
 
 def turn_representation(turn: Turn, *, include_reasoning: bool = False) -> dict[str, Any]:

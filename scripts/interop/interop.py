@@ -11,7 +11,7 @@ For each capture script under ``libraries/`` (or the ones named on the command l
 3. write every traces request it sent to ``tests/fixtures/otlp/<library>/`` (``NNN-<scenario>.pb``
    or ``.json``) with ``capture.json`` (library, package versions, scenarios, files).
 
-Then it runs the replay tests (``tests/reasoning/test_otlp_interop.py``), which compare what
+Then it runs the replay tests (``tests/reasoning/recording/test_otlp_interop.py``), which compare what
 the server stores for each fixture with the expectations kept beside it, and prints
 ``git diff --stat`` of the fixtures: a library whose new version maps differently shows up
 as a failing test naming the field that changed.
@@ -202,7 +202,13 @@ def main() -> int:
     status = 0
     if not args.no_tests:
         status = subprocess.run(
-            [str(ROOT / ".venv" / "bin" / "pytest"), "tests/reasoning/test_otlp_interop.py", "-p", "no:randomly", "-q"],
+            [
+                str(ROOT / ".venv" / "bin" / "pytest"),
+                "tests/reasoning/recording/test_otlp_interop.py",
+                "-p",
+                "no:randomly",
+                "-q",
+            ],
             cwd=ROOT,
         ).returncode
     if failed:

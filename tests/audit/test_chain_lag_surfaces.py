@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 BANNER = "the audit chainer is not running or is behind"
 OPERATOR_PAGE = "/dashboard/admin/reasoning/pathway-library"
 PATIENT_PAGE = "/dashboard/profile"
-# /healthz's close-work fields when no work is owed after closes (tests/reasoning/test_close_work.py).
+# /healthz's close-work fields when no work is owed after closes (tests/reasoning/recording/test_close_work.py).
 NOTHING_OWED = {"close_work_oldest_s": None, "close_work_failed": 0}
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from reasoning import services
 from reasoning.jobs import compute_drift_reports
+from reasoning.outcomes import services as outcomes_services
+from reasoning.recording import services as recording_services
 from tests.browser.conftest import Screenshot
 from tests.browser.test_operator_and_patient import (
     ACTOR,
@@ -24,14 +25,16 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def seed_session(agent: str, session: str, confidence: float, correct: bool) -> None:
-    flow, _ = services.start_flow({"trigger_type": "claim_review", "agent": agent, "session_id": session}, actor=ACTOR)
-    services.add_steps(
+    flow, _ = recording_services.start_flow(
+        {"trigger_type": "claim_review", "agent": agent, "session_id": session}, actor=ACTOR
+    )
+    recording_services.add_steps(
         flow.pk,
         [{"kind": "verdict", "agent": agent, "summary_text": "Kept the claim", "confidence": confidence}],
         actor=ACTOR,
     )
-    services.close_flow(flow.pk, state="completed", actor=ACTOR, outcome_type="claim_created")
-    services.record_outcome(flow.pk, "checked", correct, actor=ACTOR)
+    recording_services.close_flow(flow.pk, state="completed", actor=ACTOR, outcome_type="claim_created")
+    outcomes_services.record_outcome(flow.pk, "checked", correct, actor=ACTOR)
 
 
 def test_an_operator_opens_the_agents_page_and_follows_an_agent_to_its_review_and_flows(

@@ -9,7 +9,7 @@ from playwright.sync_api import Page, expect
 
 from audit.models import AuditEvent
 from pathways.models import Pathway
-from reasoning import services as reasoning_services
+from reasoning.recording import services as reasoning_services
 from research_backlog.services import mark_claim_for_review, resolve_claim_review
 from tests.browser.conftest import DESKTOP, Screenshot
 from tests.browser.test_operator_and_patient import (

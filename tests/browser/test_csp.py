@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import BrowserContext, ConsoleMessage, Page, expect
 
 from patients.services import create_patient
-from reasoning import services as reasoning_services
+from reasoning import tokens as reasoning_services
 from reasoning.models import ReasoningFlow
 from tests.browser.test_operator_and_patient import closed_flow, log_in
 

@@ -13,7 +13,7 @@ from django.core.cache import cache
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from reasoning import services
+from reasoning.recording import services
 from tests.browser.conftest import Screenshot
 from tests.browser.test_operator_and_patient import (
     ACTOR,

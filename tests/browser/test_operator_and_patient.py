@@ -22,8 +22,9 @@ from playwright.sync_api import Page, ViewportSize, expect
 from pathways.models import Pathway
 from patients.models import Patient
 from patients.services import create_patient
-from reasoning import services as reasoning_services
+from reasoning import tokens as reasoning_tokens
 from reasoning.models import ReasoningFlow
+from reasoning.recording import services as recording_services
 from research_backlog.models import ClaimReview
 from research_backlog.services import mark_claim_for_review
 from tests.browser.conftest import Screenshot
@@ -60,7 +61,7 @@ def seed_pathways() -> list[Pathway]:
 
 
 def seed_operator() -> None:
-    reasoning_services.create_operator(username=OPERATOR[0], password=OPERATOR[1], actor=ACTOR)
+    reasoning_tokens.create_operator(username=OPERATOR[0], password=OPERATOR[1], actor=ACTOR)
 
 
 def seed_patient_decision(*, abort_reason: str | None = None) -> tuple[Patient, uuid.UUID]:
@@ -78,7 +79,7 @@ def closed_flow(
 ) -> uuid.UUID:
     """A completed flow of three safe steps; with ``merge`` the verdict has two parents; with
     ``abort_reason`` the flow is aborted instead."""
-    flow, _ = reasoning_services.start_flow(
+    flow, _ = recording_services.start_flow(
         {
             "trigger_type": "user_question",
             "trigger_ref": f"browser/{uuid.uuid4().hex[:8]}",
@@ -119,11 +120,11 @@ def closed_flow(
     ]
     if merge:
         steps[2]["extra_parent_ids"] = [ids[0]]
-    reasoning_services.add_steps(flow.pk, steps, actor=ACTOR)
+    recording_services.add_steps(flow.pk, steps, actor=ACTOR)
     if abort_reason is not None:
-        reasoning_services.close_flow(flow.pk, state="aborted", actor=ACTOR, abort_reason=abort_reason)
+        recording_services.close_flow(flow.pk, state="aborted", actor=ACTOR, abort_reason=abort_reason)
         return flow.pk
-    reasoning_services.close_flow(
+    recording_services.close_flow(
         flow.pk,
         state="completed",
         actor=ACTOR,

@@ -1,4 +1,4 @@
-"""reasoning.services.create_operator: a staff login, audited; a taken username is a 409."""
+"""reasoning.tokens.create_operator: a staff login, audited; a taken username is a 409."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 
 from audit.models import AuditEvent
 from core.errors import Conflict
-from reasoning.services import create_operator
+from reasoning.tokens import create_operator
 
 pytestmark = pytest.mark.django_db
 

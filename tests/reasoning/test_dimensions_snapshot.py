@@ -16,10 +16,10 @@ from rest_framework.test import APIClient
 
 from pathways.models import Pathway
 from patients.models import Patient
-from reasoning import services
 from reasoning.dimensions import AXES, LABELS, is_radar
 from reasoning.models import ReasoningFlow
 from reasoning.radar import flow_radar
+from reasoning.recording import services
 from tests.factories import add_step, make_pathway, open_flow
 
 pytestmark = pytest.mark.django_db

@@ -8,9 +8,9 @@ import pytest
 from django.core.management import call_command
 
 from audit.models import AuditEvent
-from reasoning.demo_sessions import SESSION_AGENTS, SESSIONS_PER_AGENT, TURN_TRACE_ID, session_id
+from reasoning.management.demo_sessions import SESSION_AGENTS, SESSIONS_PER_AGENT, TURN_TRACE_ID, session_id
 from reasoning.models import DriftReport, ReasoningFlow, ReasoningStep
-from reasoning.sessions import session_summaries
+from reasoning.outcomes.sessions import session_summaries
 from reasoning.turns.graph import turn_edges
 
 pytestmark = pytest.mark.django_db

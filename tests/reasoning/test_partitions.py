@@ -14,9 +14,9 @@ from audit.models import AuditEvent
 from core.bulk import insert_rows
 from core.errors import Conflict
 from core.partitions import add_months, month_start, partition_name, partition_names
-from reasoning import services
 from reasoning.jobs import create_partitions_ahead
 from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.recording import services
 from tests.factories import make_flow
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -421,7 +421,7 @@ def test_a_failed_batch_rolls_back_its_purge_with_its_audit_event(
         audit_record(*args, **kwargs)
         raise RuntimeError("audit write failed")
 
-    monkeypatch.setattr("reasoning.services.record", failing_record)
+    monkeypatch.setattr("reasoning.flows.services.record", failing_record)
 
     with pytest.raises(RuntimeError):
         purge_reasoning_content()

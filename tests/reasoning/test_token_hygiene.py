@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from reasoning.auth import hash_token
 from reasoning.models import ApiToken
-from reasoning.services import create_api_token, revoke_api_token, rotate_api_token
+from reasoning.tokens import create_api_token, revoke_api_token, rotate_api_token
 from tests.factories import FLOWS, open_flow
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from core.errors import ServiceError
 from reasoning.models import ApiToken
-from reasoning.services import create_api_token
+from reasoning.tokens import create_api_token
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ Creates an operator login, a consenting and a non-consenting patient, and a few 
 flows from the three reference agents (Researcher, Critic, Correlator): completed,
 aborted and still-active ones, patient-safe and guard-failing ones, one with a merge
 step; then sessions with recorded outcomes, drift reports (the correlator's latest session
-drifts) and a multi-agent turn (``reasoning.demo_sessions``). Prints the demo credentials,
+drifts) and a multi-agent turn (``reasoning.management.demo_sessions``). Prints the demo credentials,
 a decision the consenting patient can read, the turn's trace id and the drifting agent.
 """
 
@@ -23,9 +23,10 @@ from django.utils.module_loading import module_has_submodule
 
 from patients.models import Patient
 from patients.services import create_patient
-from reasoning.demo_sessions import load_sessions_and_turn
+from reasoning.management.demo_sessions import load_sessions_and_turn
 from reasoning.models import ReasoningFlow
-from reasoning.services import add_steps, close_flow, create_operator, start_flow
+from reasoning.recording.services import add_steps, close_flow, start_flow
+from reasoning.tokens import create_operator
 
 ACTOR = "system:demo"
 NAMESPACE = uuid.UUID("6f1d2c3e-8a4b-4c5d-9e6f-7a8b9c0d1e2f")

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.labels import label_validator
-from reasoning.drift import SIGNALS
+from reasoning.agents.drift import SIGNALS
 from reasoning.jobs import compute_drift_reports
 
 

@@ -24,8 +24,7 @@ from core.api_views import parse_instant
 from core.errors import InvalidInput
 from core.labels import LABEL_PATTERN
 from core.replica import replica_reads
-from reasoning import services
-from reasoning.evaluation import EXIT_USAGE, InputError
+from reasoning.evaluation import EXIT_USAGE, InputError, services
 from reasoning.evaluation import dpo as dpo_pairs
 from reasoning.evaluation.export import STDOUT, ExportFilters, count_raw, encode, output, raw_rows, read_snapshot
 

@@ -12,8 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reasoning import services
-from reasoning.evaluation import EXIT_FAILED, EXIT_USAGE, InputError
+from reasoning.evaluation import EXIT_FAILED, EXIT_USAGE, InputError, services
 from reasoning.evaluation.invokers import DEFAULT_TIMEOUT, FlowReader, HttpInvoker, ReferenceInvoker, StubInvoker
 from reasoning.evaluation.replay import AgentInvoker, ReplayReport, ReplayResult, Status, load_cases, run_replay
 from reasoning.evaluation.signatures import Corpus, load_corpus

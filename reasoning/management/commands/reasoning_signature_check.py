@@ -8,10 +8,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reasoning import services
-from reasoning.evaluation import EXIT_FAILED, EXIT_USAGE, InputError
-from reasoning.evaluation.drift import Status, compare
+from reasoning.evaluation import EXIT_FAILED, EXIT_USAGE, InputError, services
 from reasoning.evaluation.rows import read_rows
+from reasoning.evaluation.signature_drift import Status, compare
 from reasoning.evaluation.signatures import DEFAULT_CORPUS, load_corpus
 from reasoning.models import EvaluationRun
 

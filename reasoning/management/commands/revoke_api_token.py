@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.errors import ServiceError
-from reasoning.services import revoke_api_token
+from reasoning.tokens import revoke_api_token
 
 
 class Command(BaseCommand):

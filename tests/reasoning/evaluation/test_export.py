@@ -24,9 +24,9 @@ from audit.models import AuditEvent
 from pathways.models import Pathway
 from patients.models import Patient
 from patients.services import create_patient
-from reasoning import services
 from reasoning.evaluation.rows import read_rows
 from reasoning.models import ReasoningFlow
+from reasoning.recording import services
 from tests.factories import ACTOR, SAFE_STEPS, make_flow
 
 pytestmark = pytest.mark.django_db

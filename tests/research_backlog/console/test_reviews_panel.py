@@ -12,8 +12,8 @@ from django.test import Client
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from reasoning import services as reasoning_services
 from reasoning.models import ReasoningFlow
+from reasoning.recording import services as reasoning_services
 from research_backlog import services
 from research_backlog.models import ClaimReview
 from tests.conftest import events

@@ -51,7 +51,7 @@ def undo_button(client: Client, pathway: Pathway) -> tuple[Element, Element]:
 @pytest.fixture
 def other_operator_client(db: None) -> Client:
     """Oscar, another operator: he may reuse pathways, but not undo Olive's reuse."""
-    from reasoning.services import create_operator
+    from reasoning.tokens import create_operator
 
     user = create_operator(username="oscar.operator", password=PASSWORD, actor="system:test")
     assert isinstance(user, User)

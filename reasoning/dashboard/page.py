@@ -1,0 +1,309 @@
+"""The operators' dashboard page (``/dashboard/admin/reasoning/``), and where a login lands.
+
+``panels(dashboard)`` turns the numbers of ``reasoning.dashboard.queries`` into the page's
+charts (``reasoning.charts``), each with the table it is drawn from. The numbers are cached
+for a minute (one entry per time zone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_safe
+
+from core.access import is_operator, operator_required
+from core.templatetags.durations import format_duration
+from reasoning import charts
+from reasoning.dashboard import queries
+from reasoning.dashboard.queries import NO_AGENT, NO_MODEL, AgentFlows, Dashboard, Day, StateCounts, StepBucket, Usage
+
+
+@login_required
+@require_safe
+def dashboard_home(request: HttpRequest) -> HttpResponse:
+    """Where a login lands: operators on their dashboard, everyone else on their profile."""
+    return redirect("reasoning-dashboard" if is_operator(request.user) else "patient-profile")
+
+
+DASHBOARD_CACHE_SECONDS = 60
+
+
+@operator_required
+@require_safe
+def reasoning_dashboard_page(request: HttpRequest) -> HttpResponse:
+    """The operators' landing page: links to the console, the flow list and the library, and
+    charts of the last day's and month's flows (``reasoning.dashboard``). The numbers are
+    cached for a minute (one entry per time zone): they may be up to a minute old."""
+    # The version changes with the cached dataclasses' shape, so a deploy never unpickles an old one.
+    key = f"reasoning-dashboard:v1:{settings.TIME_ZONE}"
+    data = cache.get(key)
+    if data is None:
+        data = queries.operator_dashboard(timezone.now())
+        cache.set(key, data, DASHBOARD_CACHE_SECONDS)
+    context = {
+        "data": data,
+        "totals": data.totals(),
+        "panels": panels(data),
+    }
+    return render(request, "reasoning/dashboard.html", context)
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: tuple[str, ...]  # the first column names the row
+    rows: tuple[tuple[str, ...], ...]
+    links: tuple[str, ...] = ()  # where a row's first cell links to, if anywhere ("": nowhere)
+
+    @property
+    def entries(self) -> list[tuple[tuple[str, ...], str]]:
+        return [(row, self.links[i] if i < len(self.links) else "") for i, row in enumerate(self.rows)]
+
+
+@dataclass(frozen=True)
+class Panel:
+    slug: str  # the figure's id: chart-<slug>
+    title: str
+    summary: str  # one sentence for screen readers (the SVG's <desc>)
+    kind: str  # "columns", "line" or "bars": the component that draws ``chart``
+    chart: charts.ColumnChart | charts.LineChart | charts.BarChart | None  # None: nothing to draw
+    empty: str  # what the panel says instead of a chart
+    table: Table
+
+
+STATE_SERIES = (("completed", "completed"), ("aborted", "aborted"), ("active", "active"))
+
+
+def panels(data: Dashboard) -> list[Panel]:
+    return [
+        _hourly(data.hours),
+        _daily(data.days),
+        _durations(data.days),
+        _rates(data.agents, data.days[0].start),
+        _steps(data.step_buckets),
+        _tokens(data.usage),
+    ]
+
+
+def _state_series(rows: Sequence[StateCounts]) -> list[charts.Series]:
+    return [charts.Series(name, key, [getattr(row, key) for row in rows]) for name, key in STATE_SERIES]
+
+
+def _state_table(rows: Sequence[StateCounts], labels: Sequence[str]) -> Table:
+    return Table(
+        ("Opened", "Completed", "Aborted", "Active", "Total"),
+        tuple(
+            (label, str(row.completed), str(row.aborted), str(row.active), str(row.total))
+            for label, row in zip(labels, rows, strict=True)
+        ),
+    )
+
+
+def _state_summary(rows: Sequence[StateCounts], period: str) -> str:
+    completed, aborted, active = (sum(getattr(row, key) for row in rows) for _, key in STATE_SERIES)
+    total = completed + aborted + active
+    return f"{total} flows opened {period}: {completed} completed, {aborted} aborted, {active} active."
+
+
+def _hourly(hours: Sequence[StateCounts]) -> Panel:
+    labels = [f"{hour.start:%H}:00" for hour in hours]
+    table_labels = [f"{hour.start:%b} {hour.start.day}, {hour.start:%H}:00" for hour in hours]
+    any_flows = any(hour.total for hour in hours)
+    return Panel(
+        slug="hourly",
+        title="Flows per hour, last 24 hours",
+        summary=_state_summary(hours, "in the last 24 hours"),
+        kind="columns",
+        chart=charts.column_chart(
+            labels,
+            _state_series(hours),
+            axis_labels=[label if hour.start.hour % 6 == 0 else "" for label, hour in zip(labels, hours, strict=True)],
+        )
+        if any_flows
+        else None,
+        empty="No flows were opened in the last 24 hours.",
+        table=_state_table(hours, table_labels),
+    )
+
+
+def _day_labels(days: Sequence[StateCounts]) -> tuple[list[str], list[str]]:
+    """Short labels (every seventh day, counting back from today, on the axis) and ISO dates."""
+    short = [f"{day.start:%b} {day.start.day}" for day in days]
+    axis = [label if (len(days) - 1 - i) % 7 == 0 else "" for i, label in enumerate(short)]
+    return axis, [f"{day.start:%Y-%m-%d}" for day in days]
+
+
+def _daily(days: Sequence[Day]) -> Panel:
+    axis, dates = _day_labels(days)
+    return Panel(
+        slug="daily",
+        title="Flows per day, last 30 days",
+        summary=_state_summary(days, "in the last 30 days"),
+        kind="columns",
+        chart=charts.column_chart(dates, _state_series(days), axis_labels=axis)
+        if any(day.total for day in days)
+        else None,
+        empty="No flows were opened in the last 30 days.",
+        table=_state_table(days, dates),
+    )
+
+
+def _duration(seconds: float | None) -> str:
+    return "—" if seconds is None else format_duration(seconds)
+
+
+def _durations(days: Sequence[Day]) -> Panel:
+    axis, dates = _day_labels(days)
+    closed = [day for day in days if day.closed]
+    slowest = max(closed, key=lambda day: day.p95 or 0, default=None)
+    summary = (
+        f"The slowest day was {slowest.start:%Y-%m-%d}: p95 {_duration(slowest.p95)}, p50 {_duration(slowest.p50)}."
+        if slowest is not None
+        else "No flows closed."
+    )
+    return Panel(
+        slug="durations",
+        title="Flow duration per day (p50 and p95), last 30 days",
+        summary=f"Median and 95th percentile duration of the flows opened each day that closed. {summary}",
+        kind="line",
+        chart=charts.line_chart(
+            dates,
+            [
+                charts.Series("p50", "p50", [day.p50 for day in days]),
+                charts.Series("p95", "p95", [day.p95 for day in days]),
+            ],
+            axis_labels=axis,
+            fmt=format_duration,
+            axis=charts.duration_axis,
+        )
+        if closed
+        else None,
+        empty="No flows opened in the last 30 days have closed yet.",
+        table=Table(
+            ("Opened", "Closed flows", "p50", "p95"),
+            tuple(
+                (date, str(day.closed), _duration(day.p50), _duration(day.p95))
+                for date, day in zip(dates, days, strict=True)
+            ),
+        ),
+    )
+
+
+def _rate(value: float | None) -> str:
+    return "—" if value is None else charts.percent(value)
+
+
+def _rates(agents: Sequence[AgentFlows], since: datetime) -> Panel:
+    decided = [agent for agent in agents if agent.closed]
+    names = [agent.agent or NO_AGENT for agent in decided]
+    return Panel(
+        slug="rates",
+        title="Abort rate and guard-blocked rate by agent",
+        summary="Of each agent's closed flows in the last 30 days, the share aborted and the share whose summary "
+        "the patient-safety guard blocked. "
+        + "; ".join(
+            f"{name}: {_rate(agent.abort_rate)} aborted, {_rate(agent.blocked_rate)} blocked"
+            for name, agent in zip(names, decided, strict=True)
+        ),
+        kind="bars",
+        chart=charts.bar_chart(
+            names,
+            [
+                charts.Series("abort rate", "abort", [agent.abort_rate for agent in decided]),
+                charts.Series("guard-blocked rate", "blocked", [agent.blocked_rate for agent in decided]),
+            ],
+            top_value=100,
+            fmt=charts.percent,
+        )
+        if decided
+        else None,
+        empty="No flows opened in the last 30 days have closed yet.",
+        table=Table(
+            ("Agent", "Flows", "Closed", "Aborted", "Abort rate", "Blocked", "Blocked rate"),
+            tuple(
+                (
+                    agent.agent or NO_AGENT,
+                    str(agent.flows),
+                    str(agent.closed),
+                    str(agent.aborted),
+                    _rate(agent.abort_rate),
+                    str(agent.blocked),
+                    _rate(agent.blocked_rate),
+                )
+                for agent in agents
+            ),
+            # The agent's flows of the same 30 days on the flow list, with their duration percentiles.
+            tuple(
+                reverse("admin-flow-list") + "?" + urlencode({"agent": agent.agent, "created_after": since.isoformat()})
+                if agent.agent
+                else ""
+                for agent in agents
+            ),
+        ),
+    )
+
+
+def _steps(buckets: Sequence[StepBucket]) -> Panel:
+    total = sum(bucket.flows for bucket in buckets)
+    busiest = max(buckets, key=lambda bucket: bucket.flows)
+    return Panel(
+        slug="steps",
+        title="Steps per flow, closed flows of the last 30 days",
+        summary=f"{total} closed flows by their number of steps; the most common step count is {busiest.label} "
+        f"({busiest.flows} flows).",
+        kind="columns",
+        chart=charts.column_chart(
+            [bucket.label for bucket in buckets], [charts.Series("closed flows", "steps", [b.flows for b in buckets])]
+        )
+        if total
+        else None,
+        empty="No flows opened in the last 30 days have closed yet.",
+        table=Table(("Steps", "Closed flows"), tuple((bucket.label, str(bucket.flows)) for bucket in buckets)),
+    )
+
+
+TOKEN_SERIES = (("input", "input_tokens"), ("output", "output_tokens"), ("reasoning", "reasoning_tokens"))
+
+
+def _tokens(usage: Sequence[Usage]) -> Panel:
+    names = [f"{row.agent} · {row.model or NO_MODEL}" for row in usage]
+    return Panel(
+        slug="tokens",
+        title="Tokens by agent and model, last 30 days",
+        summary="Input, output and reasoning tokens that steps reported, by the step's agent and model. "
+        + "; ".join(f"{name}: {row.total} tokens" for name, row in zip(names, usage, strict=True)),
+        kind="bars",
+        chart=charts.bar_chart(
+            names,
+            [charts.Series(name, name, [getattr(row, field) for row in usage]) for name, field in TOKEN_SERIES],
+            stacked=True,
+            integer=True,
+        )
+        if usage
+        else None,
+        empty="No steps of the last 30 days reported token usage.",
+        table=Table(
+            ("Agent", "Model", "Steps", "Input", "Output", "Reasoning", "Total"),
+            tuple(
+                (
+                    row.agent,
+                    row.model or NO_MODEL,
+                    str(row.steps),
+                    str(row.input_tokens),
+                    str(row.output_tokens),
+                    str(row.reasoning_tokens),
+                    str(row.total),
+                )
+                for row in usage
+            ),
+        ),
+    )
