@@ -108,41 +108,41 @@ $(BENCH_TOOLS)/bin/py-spy:
 
 # The write path, OTLP ingest, then the matcher (100k pathways; BENCH_LARGE=1 for 1M).
 bench: db wrk $(BENCH_TOOLS)/bin/py-spy
-	$(BIN)/python scripts/bench_write_path.py
-	$(BIN)/python scripts/bench_ingest.py
-	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py
-	$(BIN)/python scripts/bench_flow_list.py
-	$(BIN)/python scripts/bench_export.py
-	$(BIN)/python scripts/bench_drift.py
-	$(BIN)/python scripts/bench_audit_log.py
+	$(BIN)/python bench/bench_write_path.py
+	$(BIN)/python bench/bench_ingest.py
+	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python bench/bench_matcher.py
+	$(BIN)/python bench/bench_flow_list.py
+	$(BIN)/python bench/bench_export.py
+	$(BIN)/python bench/bench_drift.py
+	$(BIN)/python bench/bench_audit_log.py
 
 # The operators' flow list over 1,000,000 flows (server time in process).
 bench-flow-list: db
-	$(BIN)/python scripts/bench_flow_list.py
+	$(BIN)/python bench/bench_flow_list.py
 
 # reasoning_export --format raw over 10,000 and 100,000 flows of 5 steps: rows/s and peak RSS.
 bench-export: db
-	$(BIN)/python scripts/bench_export.py
+	$(BIN)/python bench/bench_export.py
 
 # The daily drift job over 100 agents x 50 sessions x 20 decisions: agents judged per second.
 bench-drift: db
-	$(BIN)/python scripts/bench_drift.py
+	$(BIN)/python bench/bench_drift.py
 
 # The verifiable audit log over 1,000,000 events: inclusion proofs over HTTP (p95, proofs/s) and
 # tools/verify_audit_log.py against raw SHA-256 over the same leaves.
 bench-audit: db
-	$(BIN)/python scripts/bench_audit_log.py
+	$(BIN)/python bench/bench_audit_log.py
 
 # Cost growth: one database grown to 1M, 3M and 10M steps (COPY, with their audit events) and 1M
 # pathways; at each size the read routes, the writes, one day's export and audit_verify. Prints a
 # table and draws docs/img/bench-scale.svg (about an hour on 2 cores).
 bench-scale: db wrk
-	$(BIN)/python scripts/bench_scale.py
+	$(BIN)/python bench/bench_scale.py
 
 bench-matcher: db $(BENCH_TOOLS)/bin/py-spy
-	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python scripts/bench_matcher.py
+	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python bench/bench_matcher.py
 
-# A mixed load for LOAD_SECONDS (default 600) on loopback (scripts/load.py, locust in the
+# A mixed load for LOAD_SECONDS (default 600) on loopback (bench/load.py, locust in the
 # throw-away BENCH_TOOLS virtualenv): agent writes, operator pages, patient narratives; fails on
 # any error, a write-route p99 over LOAD_WRITE_P99_MS (default 500), or a process whose memory grows.
 LOAD_SECONDS ?= 600
@@ -151,7 +151,7 @@ $(BENCH_TOOLS)/bin/locust:
 	$(BENCH_TOOLS)/bin/pip install --quiet --disable-pip-version-check locust
 
 load: db $(BENCH_TOOLS)/bin/locust
-	LOAD_SECONDS=$(LOAD_SECONDS) LOCUST=$(BENCH_TOOLS)/bin/locust $(BIN)/python scripts/load.py
+	LOAD_SECONDS=$(LOAD_SECONDS) LOCUST=$(BENCH_TOOLS)/bin/locust $(BIN)/python bench/load.py
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .mypy_cache .ruff_cache

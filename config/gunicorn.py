@@ -1,5 +1,5 @@
 """gunicorn settings, the one definition of the web server for ``make run``, the tests
-(``tests.servers.Gunicorn``) and the benchmarks (``scripts/bench_common.py``): all of them
+(``tests.servers.Gunicorn``) and the benchmarks (``bench/bench_common.py``): all of them
 run ``command()``, i.e. ``gunicorn config.asgi:application -c python:config.gunicorn``.
 
 * gunicorn is the process manager (a master restarts a worker that dies; workers die with

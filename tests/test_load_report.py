@@ -1,4 +1,4 @@
-"""The figures ``make load`` (scripts/load.py) judges by: per-route errors and percentiles, and
+"""The figures ``make load`` (bench/load.py) judges by: per-route errors and percentiles, and
 whether a process's memory stayed flat. Pure functions: no server, no database."""
 
 from __future__ import annotations
@@ -10,21 +10,21 @@ from types import ModuleType
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
 @pytest.fixture(scope="module")
 def load() -> ModuleType:
-    sys.path.insert(0, str(SCRIPTS))  # load.py imports bench_common beside it
+    sys.path.insert(0, str(BENCH))  # load.py imports bench_common beside it
     try:
-        spec = importlib.util.spec_from_file_location("load_script", SCRIPTS / "load.py")
+        spec = importlib.util.spec_from_file_location("load_script", BENCH / "load.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules["load_script"] = module  # its dataclasses look their module up
         spec.loader.exec_module(module)
         return module
     finally:
-        sys.path.remove(str(SCRIPTS))
+        sys.path.remove(str(BENCH))
 
 
 def test_any_answer_but_2xx_or_3xx_is_an_error_and_counts_over_the_whole_run(load: ModuleType) -> None:

@@ -31,6 +31,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_safe
 
+from core import svg
 from core.access import operator_required
 from core.actors import actor_for
 from core.errors import InvalidInput
@@ -138,20 +139,17 @@ class SignalRow:
     def bars(self) -> dict[str, Any]:
         """Two bars, session above baseline, on one scale: 0..1 for shares and distances,
         0..the larger of the two for the decision count."""
-        scale = 1.0
+        top = 1.0
         if self.signal == "decisions":
-            scale = max(self.value or 0.0, self.baseline or 0.0) or 1.0
-
-        def width(value: float | None) -> float:
-            return 0.0 if value is None else round(min(max(value / scale, 0.0), 1.0) * BAR_WIDTH, 1)
-
+            top = max(self.value or 0.0, self.baseline or 0.0) or 1.0
+        scale = svg.Scale(0.0, top, 0.0, BAR_WIDTH, clamp=True)
         return {
             "width": BAR_WIDTH,
             "height": 2 * BAR_HEIGHT + 4,
             "bar_height": BAR_HEIGHT,
             "baseline_y": BAR_HEIGHT + 4,
-            "session": width(self.value),
-            "baseline": width(self.baseline),
+            "session": svg.bar_length(self.value, scale),
+            "baseline": svg.bar_length(self.baseline, scale),
             "title": f"{self.label}: this session {self.value_text}, baseline {self.baseline_text}",
         }
 

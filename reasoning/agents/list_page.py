@@ -19,6 +19,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_safe
 
+from core import svg
 from core.access import operator_required
 from reasoning.agents import queries
 
@@ -90,18 +91,9 @@ def agent_rows(agent: str = "") -> list[AgentRow]:
 
 
 def spark_points(values: Sequence[float | None], *, width: int = SPARK_WIDTH, height: int = SPARK_HEIGHT) -> str:
-    """SVG polyline points for values in 0..1, spread evenly across ``width`` (one value: the
-    middle); 1 is at the top. A missing value is skipped (the line joins its neighbours)."""
-    inner_w, inner_h = width - 2 * SPARK_PAD, height - 2 * SPARK_PAD
-    step = inner_w / (len(values) - 1) if len(values) > 1 else 0.0
-    points = []
-    for i, value in enumerate(values):
-        if value is None:
-            continue
-        x = SPARK_PAD + (i * step if len(values) > 1 else inner_w / 2)
-        y = SPARK_PAD + (1 - min(max(value, 0.0), 1.0)) * inner_h
-        points.append(f"{round(x, 1):g},{round(y, 1):g}")
-    return " ".join(points)
+    """SVG polyline points for values in 0..1 (``core.svg.sparkline``); 1 is at the top and a
+    missing value is skipped (the line joins its neighbours)."""
+    return svg.sparkline(values, width=width, height=height, pad=SPARK_PAD)
 
 
 def sparkline(accuracy: Sequence[float | None], confidence: Sequence[float | None]) -> Sparkline:

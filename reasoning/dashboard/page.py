@@ -1,7 +1,7 @@
 """The operators' dashboard page (``/dashboard/admin/reasoning/``), and where a login lands.
 
 ``panels(dashboard)`` turns the numbers of ``reasoning.dashboard.queries`` into the page's
-charts (``reasoning.charts``), each with the table it is drawn from. The numbers are cached
+charts (``core.charts``), each with the table it is drawn from. The numbers are cached
 for a minute (one entry per time zone).
 """
 
@@ -21,9 +21,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
+from core import charts, svg
 from core.access import is_operator, operator_required
 from core.templatetags.durations import format_duration
-from reasoning import charts
 from reasoning.dashboard import queries
 from reasoning.dashboard.queries import NO_AGENT, NO_MODEL, AgentFlows, Dashboard, Day, StateCounts, StepBucket, Usage
 
@@ -183,7 +183,7 @@ def _durations(days: Sequence[Day]) -> Panel:
             ],
             axis_labels=axis,
             fmt=format_duration,
-            axis=charts.duration_axis,
+            axis=svg.duration_ticks,
         )
         if closed
         else None,
@@ -199,7 +199,7 @@ def _durations(days: Sequence[Day]) -> Panel:
 
 
 def _rate(value: float | None) -> str:
-    return "—" if value is None else charts.percent(value)
+    return "—" if value is None else svg.percent(value)
 
 
 def _rates(agents: Sequence[AgentFlows], since: datetime) -> Panel:
@@ -222,7 +222,7 @@ def _rates(agents: Sequence[AgentFlows], since: datetime) -> Panel:
                 charts.Series("guard-blocked rate", "blocked", [agent.blocked_rate for agent in decided]),
             ],
             top_value=100,
-            fmt=charts.percent,
+            fmt=svg.percent,
         )
         if decided
         else None,

@@ -16,7 +16,7 @@ from django.db.models.functions import RowNumber
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from reasoning import charts
+from core import charts, svg
 from reasoning.dashboard.page import Panel, Table
 from reasoning.models import EvaluationRun
 
@@ -109,7 +109,7 @@ def _history(kind: str, oldest_first: Sequence[EvaluationRun]) -> Panel:
     table = Table(
         ("Run", *triggers),
         tuple(
-            (label, *(charts.percent(v) if v is not None else "—" for v in _column(series, i)))
+            (label, *(svg.percent(v) if v is not None else "—" for v in _column(series, i)))
             for i, label in enumerate(labels)
         ),
     )
@@ -120,7 +120,7 @@ def _history(kind: str, oldest_first: Sequence[EvaluationRun]) -> Panel:
         kind="line",
         # A trigger type skipped in every run (no signature) has no line; the table still lists it.
         chart=charts.line_chart(
-            labels, [s for s in series if any(v is not None for v in s.values)], axis_labels=axis, fmt=charts.percent
+            labels, [s for s in series if any(v is not None for v in s.values)], axis_labels=axis, fmt=svg.percent
         )
         if drawable
         else None,
@@ -130,7 +130,7 @@ def _history(kind: str, oldest_first: Sequence[EvaluationRun]) -> Panel:
 
 
 def _percent(value: float | None) -> str:
-    return "—" if value is None else charts.percent(100 * value)
+    return "—" if value is None else svg.percent(100 * value)
 
 
 def _share_of(run: EvaluationRun, trigger: str) -> float | None:

@@ -28,6 +28,8 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from core.svg import s_curve
+
 NODE_WIDTH = 208
 NODE_HEIGHT = 62  # three lines: position and kind, agent, summary
 GAP_X = 28  # between slots: the gutter that row-skipping edges run down
@@ -218,17 +220,11 @@ def _path(parent: Node, child: Node, end_x: float) -> str:
     x1, y1 = parent.centre_x, parent.y + NODE_HEIGHT
     x2, y2 = end_x, child.y
     if child.depth - parent.depth == 1:
-        return f"M{x1:g},{y1:g} {_curve(x1, y1, x2, y2)}"
+        return f"M{x1:g},{y1:g} {s_curve(x1, y1, x2, y2)}"
     # Down the gutter right of the parent's slot, clear of the rows in between.
     gutter = parent.x + NODE_WIDTH + GAP_X / 2
     first_gap, last_gap = y1 + GAP_Y / 2, y2 - GAP_Y / 2
     return (
-        f"M{x1:g},{y1:g} {_curve(x1, y1, gutter, first_gap)} "
-        f"L{gutter:g},{last_gap:g} {_curve(gutter, last_gap, x2, y2)}"
+        f"M{x1:g},{y1:g} {s_curve(x1, y1, gutter, first_gap)} "
+        f"L{gutter:g},{last_gap:g} {s_curve(gutter, last_gap, x2, y2)}"
     )
-
-
-def _curve(x1: float, y1: float, x2: float, y2: float) -> str:
-    """A vertical S-curve from (x1, y1) to (x2, y2): leaves and arrives heading down."""
-    middle = (y1 + y2) / 2
-    return f"C{x1:g},{middle:g} {x2:g},{middle:g} {x2:g},{y2:g}"

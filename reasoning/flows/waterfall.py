@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from core.svg import Scale
 from core.templatetags.durations import format_duration
 
 WIDTH = 1000  # SVG user units
@@ -77,7 +78,7 @@ def layout(created_at: datetime, ended_at: datetime, steps: Sequence[dict[str, A
     starts = {step["position"]: _start_ms(step, created_at) for step in steps}
     ends = [starts[step["position"]] + (step["latency_ms"] or 0) for step in steps]
     total_ms = max([(ended_at - created_at).total_seconds() * 1000, *ends, 1.0])
-    scale = (WIDTH - LABEL_WIDTH - 16) / total_ms
+    x = Scale(0.0, total_ms, LABEL_WIDTH, WIDTH - 16)
 
     bars = []
     for row, (step, depth) in enumerate(_tree_order(steps, starts)):
@@ -88,17 +89,14 @@ def layout(created_at: datetime, ended_at: datetime, steps: Sequence[dict[str, A
                 step=step,
                 depth=depth,
                 y=AXIS_HEIGHT + row * ROW_HEIGHT,
-                x=LABEL_WIDTH + start * scale,
-                width=max(MIN_BAR, (latency or 0) * scale),
+                x=x(start),
+                width=max(MIN_BAR, x.length(latency or 0)),
                 start_ms=start,
                 latency_ms=latency,
                 merge=bool(step["extra_parent_positions"]),
             )
         )
-    ticks = [
-        Tick(LABEL_WIDTH + total_ms * quarter / 4 * scale, format_duration(total_ms * quarter / 4 / 1000))
-        for quarter in range(5)
-    ]
+    ticks = [Tick(x(total_ms * quarter / 4), format_duration(total_ms * quarter / 4 / 1000)) for quarter in range(5)]
     return Waterfall(bars, ticks, total_ms, AXIS_HEIGHT + len(bars) * ROW_HEIGHT + 8)
 
 

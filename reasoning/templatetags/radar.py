@@ -8,12 +8,12 @@ a legend ranking the axes by difference and the declared pick. ``dims`` is a rad
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django import template
 
+from core import svg
 from reasoning.dimensions import AXES, LABELS, MAX_SCORE, compare
 
 register = template.Library()
@@ -35,9 +35,7 @@ def _as_radar(dims: Any) -> dict[str, dict[str, Any]]:
 
 
 def _point(index: int, score: float) -> tuple[float, float]:
-    angle = -math.pi / 2 + index * 2 * math.pi / len(AXES)
-    r = RADIUS * score / MAX_SCORE
-    return round(CENTRE + r * math.cos(angle), 1), round(CENTRE + r * math.sin(angle), 1)
+    return svg.polar(index, len(AXES), RADIUS * score / MAX_SCORE, CENTRE)
 
 
 def _polygon(scores: Sequence[float]) -> str:

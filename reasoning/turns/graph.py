@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import InvalidInput
+from core.svg import elbow
 from reasoning.flows import dag
 from reasoning.models import ReasoningFlow, ReasoningStep
 
@@ -240,6 +241,6 @@ def layout_turn(turn: Turn) -> TurnLayout:
         x1, y1 = sx + dag.NODE_WIDTH, sy + dag.NODE_HEIGHT / 2 - 8
         x2, y2 = tx + dag.NODE_WIDTH, ty + dag.NODE_HEIGHT / 2 + 8
         lane_x = right + lane * LANE_GAP
-        cross_edges.append(CrossEdge(edge, f"M{x1:g},{y1:g} H{lane_x:g} V{y2:g} H{x2:g}"))
+        cross_edges.append(CrossEdge(edge, elbow(x1, y1, lane_x, x2, y2)))
     width = right + len(cross) * LANE_GAP + OUTER + (LANE_GAP if cross else 0)
     return TurnLayout(clusters=clusters, cross_edges=cross_edges, width=width, height=y - CLUSTER_GAP + OUTER)

@@ -1,4 +1,4 @@
-"""/dashboard/admin/reasoning/: the operators' dashboard (reasoning.dashboard, reasoning.charts).
+"""/dashboard/admin/reasoning/: the operators' dashboard (reasoning.dashboard, core.charts).
 
 Flows are planted through the ingest route at chosen times under a frozen clock, so the
 hourly and daily buckets are known; the charts are read through their table fallbacks and

@@ -1,4 +1,4 @@
-"""Chart geometry for server-rendered SVG (no chart library, no JavaScript).
+"""Chart geometry for server-rendered SVG, on the drawing kit of ``core.svg``.
 
 Each function takes categories (the x axis of a column chart, the rows of a bar chart) and
 one or more ``Series`` and returns a frozen dataclass in SVG user units that a template in
@@ -7,16 +7,17 @@ several series), ``line_chart`` (one polyline per series, broken where a value i
 and ``bar_chart`` (horizontal bars, grouped or stacked). Charts are ``WIDTH`` units wide and
 scale to their container (``viewBox``); text is ``FONT`` units high.
 
-The value axis always starts at zero and ends on the last of ``ticks(top)``, "nice" values
+The value axis always starts at zero and ends on the last of ``nice_ticks(top)``, "nice" values
 (1, 2, 2.5 or 5 times a power of ten), so a bar's length is proportional to its value and
 an all-zero chart still has an axis (0 to 1) instead of dividing by zero.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from core.svg import Formatter, nice_ticks, plain, r
 
 WIDTH = 400  # SVG user units; the drawing scales to its container
 FONT = 12  # text height in user units (the stylesheet sets the same)
@@ -30,8 +31,6 @@ LABEL_WIDTH = 128  # the category column of a horizontal bar chart
 LABEL_CHARS = 19  # longer labels are shortened on the chart (the title and table keep them whole)
 BAR_HEIGHT = 12
 ROW_GAP = 10
-
-Formatter = Callable[[float], str]
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ class Frame:
 
     @property
     def viewbox(self) -> str:
-        return f"0 0 {_r(self.width)} {_r(self.height)}"
+        return f"0 0 {r(self.width)} {r(self.height)}"
 
     @property
     def tick_x(self) -> float:
@@ -133,35 +132,6 @@ class BarChart(Frame):
     rects: tuple[Rect, ...]
 
 
-def ticks(top: float, count: int = 4, *, integer: bool = False) -> list[float]:
-    """Axis values from 0 up to the first nice value at or above ``top``, about ``count`` steps.
-
-    ``integer``: steps of at least 1 (counts). ``top`` <= 0 (nothing to draw) gives [0, 1].
-    """
-    if not math.isfinite(top) or top <= 0:
-        return [0.0, 1.0]
-    raw = top / count
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
-    if integer:
-        step = max(1.0, float(math.ceil(step)))
-    steps = math.ceil(top / step - 1e-9)
-    return [round(i * step, 10) for i in range(steps + 1)]
-
-
-def plain(value: float) -> str:
-    """A tick label: 3, 2.5, 1.5k, 12k, 3M."""
-    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= limit:
-            return f"{value / limit:g}{suffix}"
-    return f"{value:g}"
-
-
-def percent(value: float) -> str:
-    """A share in percent, to one decimal where it has one: 25 %, 33.3 %."""
-    return f"{round(value, 1):g} %"
-
-
 def column_chart(
     categories: Sequence[str],
     series: Sequence[Series],
@@ -178,7 +148,7 @@ def column_chart(
     width, height = WIDTH, TOP + COLUMN_HEIGHT + BOTTOM
     left, right, top, bottom = LEFT, WIDTH - RIGHT, TOP, TOP + COLUMN_HEIGHT
     totals = [sum(_value(s.values, i) for s in series) for i in range(len(categories))]
-    values = ticks(max(totals, default=0), integer=integer)
+    values = nice_ticks(max(totals, default=0), integer=integer)
     scale = (bottom - top) / values[-1]
     slot = (right - left) / max(len(categories), 1)
     column = slot * COLUMN_FILL
@@ -191,9 +161,7 @@ def column_chart(
             if value <= 0:
                 continue
             h = value * scale
-            rects.append(
-                Rect(_r(x), _r(base - h), _r(column), _r(h), s.key, f"{category} · {s.name}: {fmt(value)}", value)
-            )
+            rects.append(Rect(r(x), r(base - h), r(column), r(h), s.key, f"{category} · {s.name}: {fmt(value)}", value))
             base -= h
     shown = list(categories) if axis_labels is None else list(axis_labels)
     labels = _category_labels(shown, left, slot, bottom + FONT + 6)
@@ -204,7 +172,7 @@ def column_chart(
         top=top,
         right=right,
         bottom=bottom,
-        ticks=tuple(Tick(v, fmt(v), _r(bottom - v * scale)) for v in values),
+        ticks=tuple(Tick(v, fmt(v), r(bottom - v * scale)) for v in values),
         labels=labels,
         legend=tuple(Legend(s.key, s.name) for s in series) if len(series) > 1 else (),
         rects=tuple(rects),
@@ -221,11 +189,11 @@ def line_chart(
 ) -> LineChart:
     """One line per series through the middle of each category's slot; a missing value
     (None) breaks the line. ``axis(top)`` may choose the tick values and their labels
-    (durations pick a unit); by default ``ticks(top)`` labelled with ``fmt``."""
+    (durations pick a unit); by default ``nice_ticks(top)`` labelled with ``fmt``."""
     width, height = WIDTH, TOP + COLUMN_HEIGHT + BOTTOM
     left, right, top, bottom = LEFT, WIDTH - RIGHT, TOP, TOP + COLUMN_HEIGHT
     highest = max((v for s in series for v in s.values if v is not None), default=0.0)
-    values, tick_fmt = axis(highest) if axis is not None else (ticks(highest), fmt)
+    values, tick_fmt = axis(highest) if axis is not None else (nice_ticks(highest), fmt)
     scale = (bottom - top) / values[-1]
     slot = (right - left) / max(len(categories), 1)
     lines: list[Line] = []
@@ -240,7 +208,7 @@ def line_chart(
                     segments.append(" ".join(run))
                 run = []
                 continue
-            x, y = _r(left + (i + 0.5) * slot), _r(bottom - value * scale)
+            x, y = r(left + (i + 0.5) * slot), r(bottom - value * scale)
             run.append(f"{x},{y}")
             points.append(Point(x, y, f"{category} · {s.name}: {fmt(value)}"))
         if run:
@@ -254,7 +222,7 @@ def line_chart(
         top=top,
         right=right,
         bottom=bottom,
-        ticks=tuple(Tick(v, tick_fmt(v), _r(bottom - v * scale)) for v in values),
+        ticks=tuple(Tick(v, tick_fmt(v), r(bottom - v * scale)) for v in values),
         labels=_category_labels(shown, left, slot, bottom + FONT + 6),
         legend=tuple(Legend(s.key, s.name) for s in series),
         lines=tuple(lines),
@@ -281,7 +249,7 @@ def bar_chart(
         highest = max((sum(_value(s.values, i) for s in series) for i in range(len(categories))), default=0)
     else:
         highest = max((_value(s.values, i) for s in series for i in range(len(categories))), default=0)
-    values = ticks(top_value if top_value is not None else highest, integer=integer)
+    values = nice_ticks(top_value if top_value is not None else highest, integer=integer)
     scale = (right - left) / values[-1]
     rects: list[Rect] = []
     labels: list[Label] = []
@@ -289,7 +257,7 @@ def bar_chart(
         y0 = top + i * row + ROW_GAP / 2
         text = category if len(category) <= LABEL_CHARS else category[: LABEL_CHARS - 1] + "…"
         full = category if text != category else ""
-        labels.append(Label(text, left - 6, _r(y0 + per_row * BAR_HEIGHT / 2), full=full, anchor="end"))
+        labels.append(Label(text, left - 6, r(y0 + per_row * BAR_HEIGHT / 2), full=full, anchor="end"))
         start = float(left)
         for j, s in enumerate(series):
             value = _value(s.values, i)
@@ -298,11 +266,11 @@ def bar_chart(
             title = f"{category} · {s.name}: {fmt(value)}"
             if stacked:
                 if value > 0:
-                    rects.append(Rect(_r(start), _r(y), _r(w), BAR_HEIGHT, s.key, title, value))
+                    rects.append(Rect(r(start), r(y), r(w), BAR_HEIGHT, s.key, title, value))
                 start += w
             else:
                 # A zero keeps a sliver, so a row reads "0", not "missing".
-                rects.append(Rect(left, _r(y), _r(max(w, 1.0)), BAR_HEIGHT - 2, s.key, title, value))
+                rects.append(Rect(left, r(y), r(max(w, 1.0)), BAR_HEIGHT - 2, s.key, title, value))
     return BarChart(
         width=WIDTH,
         height=height,
@@ -310,21 +278,11 @@ def bar_chart(
         top=top,
         right=right,
         bottom=bottom,
-        ticks=tuple(Tick(v, fmt(v), _r(left + v * scale)) for v in values),
+        ticks=tuple(Tick(v, fmt(v), r(left + v * scale)) for v in values),
         labels=tuple(labels),
         legend=tuple(Legend(s.key, s.name) for s in series) if len(series) > 1 else (),
         rects=tuple(rects),
     )
-
-
-DURATION_UNITS = ((1.0, 0.001, "ms"), (120.0, 1.0, "s"), (7200.0, 60.0, "min"), (math.inf, 3600.0, "h"))
-
-
-def duration_axis(top_seconds: float) -> tuple[list[float], Formatter]:
-    """Ticks for seconds in one readable unit: nice values of ms, s, min or h."""
-    _, size, unit = next(u for u in DURATION_UNITS if top_seconds < u[0])
-    values = [v * size for v in ticks(top_seconds / size)]
-    return values, lambda seconds: f"{seconds / size:g} {unit}"
 
 
 def _category_labels(texts: Sequence[str], left: float, slot: float, y: float) -> tuple[Label, ...]:
@@ -339,14 +297,10 @@ def _category_labels(texts: Sequence[str], left: float, slot: float, y: float) -
         elif x - half < 1:
             labels.append(Label(text, 1, y, anchor="start"))
         else:
-            labels.append(Label(text, _r(x), y))
+            labels.append(Label(text, r(x), y))
     return tuple(labels)
 
 
 def _value(values: Sequence[float | None], i: int) -> float:
     value = values[i] if i < len(values) else None
     return float(value) if value is not None else 0.0
-
-
-def _r(value: float) -> float:
-    return round(value, 1)

@@ -11,7 +11,7 @@
    aggregates query is also timed on its own.
 3. Prints the levels found and, last, ``drift_agents_per_s=<n> sessions=<n>``.
 
-Run with ``make bench-drift`` (or ``make bench``) or alone: ``.venv/bin/python scripts/bench_drift.py``.
+Run with ``make bench-drift`` (or ``make bench``) or alone: ``.venv/bin/python bench/bench_drift.py``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
--- wrk script for scripts/bench_write_path.py: each wrk thread (one connection) acts as
+-- wrk script for bench/bench_write_path.py: each wrk thread (one connection) acts as
 -- an agent that opens a flow, writes STEPS_PER_FLOW steps (one with a PII field, so
 -- encryption is on the path), closes the flow, and starts over.
 local token = os.getenv("RFT_BENCH_TOKEN")

@@ -18,7 +18,7 @@
    ``proofs_per_s=<n> proofs_p95_ms=<x> verify_events_per_s=<n> sha256_events_per_s=<n> verify_ratio=<r> events=<n>``.
    Stops gunicorn, drops the database (unless ``--keep-db``), removes the export.
 
-Run with ``make bench-audit`` (or ``make bench``) or alone: ``.venv/bin/python scripts/bench_audit_log.py``.
+Run with ``make bench-audit`` (or ``make bench``) or alone: ``.venv/bin/python bench/bench_audit_log.py``.
 """
 
 from __future__ import annotations

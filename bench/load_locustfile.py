@@ -1,4 +1,4 @@
-"""Locust scenario for ``scripts/load.py`` (``make load``); runs in locust's own virtualenv.
+"""Locust scenario for ``bench/load.py`` (``make load``); runs in locust's own virtualenv.
 
 Three kinds of users against one server, each at a fixed pace (``constant_pacing``) so
 the load is the same whatever the latency:

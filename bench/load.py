@@ -8,7 +8,7 @@
 2. Starts the stack as ``make run`` does (``scripts/run.py``: gunicorn with
    ``config.gunicorn``, the job worker ``qcluster``, the audit chainer) on that database,
    on a free loopback port.
-3. Runs ``scripts/load_locustfile.py`` with locust (headless, loopback, ``--seconds``):
+3. Runs ``bench/load_locustfile.py`` with locust (headless, loopback, ``--seconds``):
    agents (single-step routes and bulk ingest: open, 3 steps, close, then 2 whole flows),
    operators (dashboard, flow list, a flow's DAG page, logged in) and patients (the
    narrative API with their token and the narrative page with their session), each user
@@ -316,7 +316,7 @@ def run_locust(locust: str, port: int, seconds: int, env: dict[str, str], users:
     command = [
         locust,
         "-f",
-        str(ROOT / "scripts" / "load_locustfile.py"),
+        str(ROOT / "bench" / "load_locustfile.py"),
         "--headless",
         "--host",
         f"http://127.0.0.1:{port}",

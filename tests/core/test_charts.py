@@ -1,11 +1,11 @@
-"""reasoning.charts: the dashboard's SVG geometry (pure functions, no database)."""
+"""core.charts: the dashboard's SVG geometry (pure functions, no database)."""
 
 from __future__ import annotations
 
 import pytest
 
-from reasoning import charts
-from reasoning.charts import Series
+from core import charts, svg
+from core.charts import Series
 
 
 def heights(chart: charts.ColumnChart) -> list[float]:
@@ -26,7 +26,7 @@ def heights(chart: charts.ColumnChart) -> list[float]:
     ],
 )
 def test_ticks_are_nice_values_from_zero_past_the_top(top: float, integer: bool, expected: list[float]) -> None:
-    assert charts.ticks(top, integer=integer) == expected
+    assert svg.nice_ticks(top, integer=integer) == expected
 
 
 def test_column_heights_are_proportional_to_the_values() -> None:
@@ -108,7 +108,7 @@ def test_durations_get_ticks_in_one_readable_unit() -> None:
         (600, ["0 min", "2.5 min", "5 min", "7.5 min", "10 min"]),
         (36_000, ["0 h", "2.5 h", "5 h", "7.5 h", "10 h"]),
     ):
-        values, fmt = charts.duration_axis(top)
+        values, fmt = svg.duration_ticks(top)
         assert [fmt(v) for v in values] == labels
         assert values[-1] >= top
 
@@ -118,7 +118,7 @@ def test_grouped_bars_measure_percentages_against_a_fixed_axis() -> None:
         ["researcher", "critic"],
         [Series("abort rate", "abort", [25.0, 0.0]), Series("blocked rate", "blocked", [50.0, 100.0])],
         top_value=100,
-        fmt=charts.percent,
+        fmt=svg.percent,
     )
 
     plot = chart.right - chart.left
@@ -145,5 +145,5 @@ def test_stacked_bars_run_end_to_end_and_long_labels_are_shortened() -> None:
 
 
 def test_tick_labels_are_compact() -> None:
-    assert [charts.plain(v) for v in (0, 2.5, 1500, 12_000, 3_000_000)] == ["0", "2.5", "1.5k", "12k", "3M"]
-    assert charts.percent(100 / 3) == "33.3 %"
+    assert [svg.plain(v) for v in (0, 2.5, 1500, 12_000, 3_000_000)] == ["0", "2.5", "1.5k", "12k", "3M"]
+    assert svg.percent(100 / 3) == "33.3 %"

@@ -15,7 +15,7 @@
 4. Prints a line per size ``export_rows_per_s=<n> peak_rss_mib=<n> flows=<n>``: a flat
    peak RSS from 10k to 100k flows is the constant-memory streaming.
 
-Run with ``make bench-export`` (or ``make bench``) or alone: ``.venv/bin/python scripts/bench_export.py``.
+Run with ``make bench-export`` (or ``make bench``) or alone: ``.venv/bin/python bench/bench_export.py``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@
 3. Prints a line per view and, last, ``flow_list_p95_ms=<n> flows=<n>``: the worst p95 of the
    default and the filtered view (the issue's target: ≤ 100 ms at 1,000,000 flows).
 
-Run with ``make bench`` (after the other benchmarks) or alone: ``.venv/bin/python scripts/bench_flow_list.py``.
+Run with ``make bench`` (after the other benchmarks) or alone: ``.venv/bin/python bench/bench_flow_list.py``.
 """
 
 from __future__ import annotations

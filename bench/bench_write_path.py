@@ -55,7 +55,7 @@ def run_wrk(port: int, token: str, connections: int, duration: int, mode: str) -
             "--timeout",
             "10s",
             "-s",
-            str(ROOT / "scripts" / "bench_write_path.lua"),
+            str(ROOT / "bench" / "bench_write_path.lua"),
             f"http://127.0.0.1:{port}",
         ],
         env=env,
