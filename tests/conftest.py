@@ -279,6 +279,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 # --- Shared helpers: audit events, a frozen clock ----------------------------------------------
 
 
+def audit_trail_text() -> str:
+    """Every audit event as its row and the canonical bytes that get hashed, one per line: what a
+    leak into the trail would show up in."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT e::text || ' ' || convert_from(e.canonical, 'UTF8') FROM audit_event AS e")
+        return "\n".join(str(row[0]) for row in cursor.fetchall())
+
+
 def events(action: str, target_id: object | None = None) -> list[AuditEvent]:
     """The audit events of ``action`` (of one target when given), oldest first."""
     found = AuditEvent.objects.filter(action=action)

@@ -11,17 +11,9 @@ from rest_framework.test import APIClient
 
 from research_backlog import services
 from research_backlog.models import ResearchRequest
-from tests.conftest import events
+from tests.conftest import audit_trail_text, events
 from tests.factories import NOW, QUESTION, make_request
-from tests.research_backlog.support import (
-    DISPATCHED,
-    NEXT_URL,
-    NOW_JSON,
-    OPERATOR,
-    audit_trail_text,
-    run_together,
-    state,
-)
+from tests.research_backlog.support import DISPATCHED, NEXT_URL, NOW_JSON, OPERATOR, run_together, state
 
 pytestmark = pytest.mark.django_db
 

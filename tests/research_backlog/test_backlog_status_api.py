@@ -8,9 +8,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from research_backlog.models import ResearchRequest
-from tests.conftest import events
+from tests.conftest import audit_trail_text, events
 from tests.factories import NOW, QUESTION, make_request
-from tests.research_backlog.support import BACKLOG_READ, BACKLOG_URL, OPERATOR, audit_trail_text, ids, state
+from tests.research_backlog.support import BACKLOG_READ, BACKLOG_URL, OPERATOR, ids, state
 
 pytestmark = pytest.mark.django_db
 

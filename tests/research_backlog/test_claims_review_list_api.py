@@ -9,9 +9,9 @@ import time_machine
 from rest_framework.test import APIClient
 
 from research_backlog.models import ClaimReview
-from tests.conftest import events
+from tests.conftest import audit_trail_text, events
 from tests.factories import NOW, make_review
-from tests.research_backlog.support import LISTED, NOTE, OPERATOR, REVIEWS_URL, audit_trail_text, ids, review_url, state
+from tests.research_backlog.support import LISTED, NOTE, OPERATOR, REVIEWS_URL, ids, review_url, state
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from research_backlog.models import ClaimReview
-from tests.conftest import events
+from tests.conftest import audit_trail_text, events
 from tests.factories import NOW, make_review
 from tests.research_backlog.support import (
     NOTE,
@@ -18,7 +18,6 @@ from tests.research_backlog.support import (
     OPERATOR,
     RESOLVED,
     REVIEWS_URL,
-    audit_trail_text,
     raw_column,
     review_url,
     state,

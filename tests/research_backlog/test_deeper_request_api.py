@@ -8,9 +8,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from research_backlog.models import ResearchRequest
-from tests.conftest import events
+from tests.conftest import audit_trail_text, events
 from tests.factories import NOW, QUESTION
-from tests.research_backlog.support import CREATED, DEEPER_URL, NOW_JSON, OPERATOR, audit_trail_text, raw_column, state
+from tests.research_backlog.support import CREATED, DEEPER_URL, NOW_JSON, OPERATOR, raw_column, state
 
 pytestmark = pytest.mark.django_db
 

@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ApiToken
+from tests.conftest import audit_trail_text
 from tests.factories import NOW, QUESTION, make_request, make_review
 from tests.research_backlog.support import (
     BACKLOG_READ,
@@ -25,7 +26,6 @@ from tests.research_backlog.support import (
     NOTE,
     RESOLVED,
     REVIEWS_URL,
-    audit_trail_text,
     complete_url,
     review_url,
     state,

@@ -9,7 +9,7 @@ retrieval queries and documents, evaluation explanations; the deprecated indexed
 
 from __future__ import annotations
 
-from reasoning.recording.conventions import AGENT, EMBEDDING, LLM, RETRIEVAL, TOOL, Convention
+from reasoning.recording.conventions.base import AGENT, EMBEDDING, LLM, RETRIEVAL, TOOL, Convention
 
 OPERATIONS = {
     "chat": LLM,

@@ -9,7 +9,7 @@ parameters, prompts.
 
 from __future__ import annotations
 
-from reasoning.recording.conventions import AGENT, EMBEDDING, LLM, RETRIEVAL, TOOL, Convention
+from reasoning.recording.conventions.base import AGENT, EMBEDDING, LLM, RETRIEVAL, TOOL, Convention
 
 OBSERVATION = "langfuse.observation."
 TRACE = "langfuse.trace."

@@ -8,7 +8,7 @@ and response payloads (``request_data``, ``response_data``), the formatted messa
 
 from __future__ import annotations
 
-from reasoning.recording.conventions import Convention
+from reasoning.recording.conventions.base import Convention
 
 CONVENTION = Convention(
     name="Pydantic Logfire",

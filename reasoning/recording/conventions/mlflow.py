@@ -9,7 +9,7 @@ they are content, with the reasoning fenced out (``reasoning.recording.otlp``). 
 
 from __future__ import annotations
 
-from reasoning.recording.conventions import AGENT, EMBEDDING, LLM, RERANK, RETRIEVAL, TOOL, Convention
+from reasoning.recording.conventions.base import AGENT, EMBEDDING, LLM, RERANK, RETRIEVAL, TOOL, Convention
 
 USAGE = "mlflow.chat.tokenUsage"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from openinference.semconv.trace import OpenInferenceSpanKindValues, RerankerAttributes, SpanAttributes
 
-from reasoning.recording.conventions import AGENT, EMBEDDING, LLM, RERANK, RETRIEVAL, TOOL, Convention
+from reasoning.recording.conventions.base import AGENT, EMBEDDING, LLM, RERANK, RETRIEVAL, TOOL, Convention
 
 S = SpanAttributes
 K = OpenInferenceSpanKindValues

@@ -11,7 +11,7 @@ input and output, request functions, headers.
 
 from __future__ import annotations
 
-from reasoning.recording.conventions import AGENT, EMBEDDING, LLM, RERANK, TOOL, Convention
+from reasoning.recording.conventions.base import AGENT, EMBEDDING, LLM, RERANK, TOOL, Convention
 
 ASSOCIATION = "traceloop.association.properties."
 

@@ -10,7 +10,7 @@ messages, tool calls and results, response text and reasoning, embedded values.
 
 from __future__ import annotations
 
-from reasoning.recording.conventions import AGENT, EMBEDDING, LLM, TOOL, Convention
+from reasoning.recording.conventions.base import AGENT, EMBEDDING, LLM, TOOL, Convention
 
 META = "ai.telemetry.metadata."
 # The runtime context an application passes (ai 7).

@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow, ReasoningStep
+from tests.conftest import audit_trail_text
 from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
@@ -336,7 +337,7 @@ def test_declared_pii_decrypts_through_the_model(agent: APIClient, flow: dict[st
 def test_declared_pii_never_reaches_the_audit_trail(agent: APIClient, flow: dict[str, Any]) -> None:
     add_step(agent, flow["id"], **PII_STEP)
 
-    trail = raw_rows("SELECT e::text || ' ' || convert_from(e.canonical, 'UTF8') FROM audit_event AS e")
+    trail = audit_trail_text()
 
     assert "reasoning.step.created" in trail
     for secret in (PATIENT_NAME, "Zebulon", MRN, "99887766"):

@@ -14,19 +14,18 @@ from pathways.models import Pathway
 from pathways.services import reuse_pathway
 from research_backlog import services
 from research_backlog.models import ClaimReview
-from tests.factories import QUESTION, make_pathway
-from tests.research_backlog.console.support import (
+from tests.factories import NOW, QUESTION, make_pathway
+from tests.research_backlog.support import (
     BACKLOG,
     CANDIDATES,
     COMPARE,
     CONSOLE,
     DEEPER,
-    NOW,
     REVIEWS,
     Route,
+    console_review_url,
     demoted,
     reuse_url,
-    review_url,
     undo_url,
 )
 
@@ -83,7 +82,7 @@ def routes(library: dict[str, Pathway], pending_review: ClaimReview, actor: str)
             Route("reuse", "post", reuse_url(exact.pk), {}, 302),
             Route("undo", "post", undo_url(hit.pk), {}, 302),
             Route("deeper", "post", DEEPER, {"trigger_type": "lab_result", "question": QUESTION}, 302),
-            Route("review", "post", review_url(pending_review.pk), {"status": "resolved"}, 302),
+            Route("review", "post", console_review_url(pending_review.pk), {"status": "resolved"}, 302),
         ]
     }
 

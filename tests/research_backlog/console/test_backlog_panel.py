@@ -9,9 +9,9 @@ import time_machine
 from django.test import Client
 
 from tests.conftest import events
-from tests.factories import QUESTION, make_request
+from tests.factories import NOW, QUESTION, make_request
 from tests.html import doc
-from tests.research_backlog.console.support import BACKLOG, BACKLOG_READ, HTMX, NOW, chips, facts, place_failures
+from tests.research_backlog.support import BACKLOG, BACKLOG_READ_PROXY, HTMX, chips, facts, place_failures
 
 pytestmark = pytest.mark.django_db
 
@@ -70,7 +70,7 @@ def test_backlog_panel_shows_counts_ages_and_recent_failures(
     assert QUESTION not in response.content.decode()
     pill = panel.one("span", "pill")
     assert "pill-healthy" in pill.classes() and pill.text == "Healthy"
-    (event,) = events(BACKLOG_READ)
+    (event,) = events(BACKLOG_READ_PROXY)
     assert (event.actor, event.payload) == (actor, {"total": 7, "loop_health": "healthy"})
 
 
@@ -142,7 +142,7 @@ def test_loop_health_pill_follows_the_thresholds(
         assert because in [span.attrs["title"] for span in because_line[0].select("span")]
     else:
         assert because_line == []
-    assert events(BACKLOG_READ)[0].payload["loop_health"] == verdict
+    assert events(BACKLOG_READ_PROXY)[0].payload["loop_health"] == verdict
 
 
 def test_critical_lists_every_reason(clock: time_machine.Coordinates, operator_client: Client) -> None:

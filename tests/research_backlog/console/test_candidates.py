@@ -11,7 +11,7 @@ from pathways.matcher import LABEL_ONLY
 from pathways.models import Pathway
 from tests.conftest import events
 from tests.html import doc
-from tests.research_backlog.console.support import (
+from tests.research_backlog.support import (
     CANDIDATES,
     CONSOLE,
     DEEPER,

@@ -7,16 +7,15 @@ from django.test import Client
 
 from pathways.models import Pathway
 from research_backlog.models import ResearchRequest
-from tests.conftest import events
+from tests.conftest import audit_trail_text, events
 from tests.factories import QUESTION
 from tests.html import doc
-from tests.research_backlog.console.support import (
-    BACKLOG_READ,
+from tests.research_backlog.support import (
+    BACKLOG_READ_PROXY,
+    CREATED,
     DEEPER,
-    DEEPER_CREATED,
     DEEPER_REQUESTED,
     HTMX,
-    audit_trail_text,
     console_url,
     deeper_form_on_page,
     form_fields,
@@ -46,7 +45,7 @@ def test_deeper_research_by_plain_form_queues_a_request_and_audits_both_events(
     )
     assert (row.trigger_type, row.trigger_ref, row.question) == ("lab_result", "vitals/heart-rate", QUESTION)
     (requested,) = events(DEEPER_REQUESTED)
-    (created,) = events(DEEPER_CREATED)
+    (created,) = events(CREATED)
     for event in (requested, created):
         assert (event.actor, event.target_id) == (actor, str(row.pk))
         assert event.payload["reason"] == "operator_requested"
@@ -101,8 +100,8 @@ def test_deeper_research_by_htmx_answers_with_the_queued_note_and_the_backlog_oo
     backlog = fragment.by_id("backlog")
     assert backlog.attrs["hx-swap-oob"] == "true"
     assert backlog.one("li", data_status="pending").one("strong").text == "1"
-    assert len(events(DEEPER_REQUESTED)) == len(events(DEEPER_CREATED)) == 1
-    assert events(BACKLOG_READ)[-1].payload == {"total": 1, "loop_health": "healthy"}
+    assert len(events(DEEPER_REQUESTED)) == len(events(CREATED)) == 1
+    assert events(BACKLOG_READ_PROXY)[-1].payload == {"total": 1, "loop_health": "healthy"}
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from pathways.models import Pathway
 from research_backlog.models import ClaimReview
 from tests.factories import make_request, make_review
 from tests.html import doc
-from tests.research_backlog.console.support import (
+from tests.research_backlog.support import (
     AUTH,
     BACKLOG,
     BACKLOG_QUERIES,

@@ -10,7 +10,7 @@ from django.test import Client
 from pathways.models import Pathway
 from tests.conftest import events
 from tests.html import doc
-from tests.research_backlog.console.support import (
+from tests.research_backlog.support import (
     COMPARE,
     CONSOLE,
     EXACT,

@@ -16,22 +16,20 @@ from reasoning.models import ReasoningFlow
 from reasoning.recording import services as reasoning_services
 from research_backlog import services
 from research_backlog.models import ClaimReview
-from tests.conftest import events
-from tests.factories import make_flow, make_review
+from tests.conftest import audit_trail_text, events
+from tests.factories import NOW, make_flow, make_review
 from tests.html import doc
-from tests.research_backlog.console.support import (
+from tests.research_backlog.support import (
     CONSOLE,
     HTMX,
+    LISTED,
     NOTE,
-    NOW,
     RESOLVED,
     REVIEWS,
-    REVIEWS_LISTED,
-    audit_trail_text,
+    console_review_url,
     messages_on,
     pending_ids,
     review_form_on_page,
-    review_url,
     submit,
     written,
 )
@@ -58,8 +56,8 @@ def test_reviews_list_pending_oldest_first_with_note_and_both_buttons(
         review_id = card.attrs["id"].removeprefix("review-")
         assert (form.attrs["method"], form.attrs["action"], form.attrs["hx-post"]) == (
             "post",
-            review_url(review_id),
-            review_url(review_id),
+            console_review_url(review_id),
+            console_review_url(review_id),
         )
         assert form.attrs["hx-target"] == "#reviews"
         assert form.one("textarea").attrs["name"] == "note"
@@ -69,7 +67,7 @@ def test_reviews_list_pending_oldest_first_with_note_and_both_buttons(
     assert panel.select("li", "card")[0].one("dl").definitions()["Marked"].text == "2 Mar 2026, 09:00 UTC (3 h ago)"
     # Resolved more than a day ago: not in the strip.
     assert panel.by_id("recently-resolved").text == "Nothing resolved in the last 24 hours."
-    (event,) = events(REVIEWS_LISTED)
+    (event,) = events(LISTED)
     assert (event.actor, event.payload) == (actor, {"pending_count": 3, "recent_count": 0})
 
 
@@ -152,7 +150,9 @@ def test_resolving_again_by_htmx_is_409_already(operator_client: Client, pending
     services.resolve_claim_review(pending_review.pk, status="resolved", note="first", actor="user:someone")
     resolved_before = events(RESOLVED)
 
-    response = operator_client.post(review_url(pending_review.pk), {"status": "dismissed", "note": NOTE}, headers=HTMX)
+    response = operator_client.post(
+        console_review_url(pending_review.pk), {"status": "dismissed", "note": NOTE}, headers=HTMX
+    )
 
     assert response.status_code == 409
     panel = doc(response).by_id("reviews")
@@ -167,7 +167,7 @@ def test_resolving_again_by_plain_form_shows_the_error(operator_client: Client, 
     services.resolve_claim_review(pending_review.pk, status="resolved", note="first", actor="user:someone")
     before = written()
 
-    response = operator_client.post(review_url(pending_review.pk), {"status": "resolved", "next": CONSOLE})
+    response = operator_client.post(console_review_url(pending_review.pk), {"status": "resolved", "next": CONSOLE})
 
     assert response.status_code == 302
     assert written() == before
@@ -179,7 +179,7 @@ def test_resolving_again_by_plain_form_shows_the_error(operator_client: Client, 
     [{"status": "approved"}, {"status": ""}, {}, {"status": "pending"}, {"status": "resolved", "note": "n" * 2001}],
 )
 def test_bad_status_or_note_is_400(operator_client: Client, pending_review: ClaimReview, body: dict[str, str]) -> None:
-    response = operator_client.post(review_url(pending_review.pk), body, headers=HTMX)
+    response = operator_client.post(console_review_url(pending_review.pk), body, headers=HTMX)
 
     assert response.status_code == 400
     assert doc(response).by_id("reviews").one("p", "error").text == (
@@ -191,7 +191,7 @@ def test_bad_status_or_note_is_400(operator_client: Client, pending_review: Clai
 
 
 def test_bad_status_by_plain_form_shows_the_error(operator_client: Client, pending_review: ClaimReview) -> None:
-    response = operator_client.post(review_url(pending_review.pk), {"status": "approved"})
+    response = operator_client.post(console_review_url(pending_review.pk), {"status": "approved"})
 
     assert response.status_code == 302
     assert messages_on(operator_client) == ["Choose Resolve or Dismiss, and keep the note under 2000 characters."]
@@ -203,7 +203,7 @@ def test_bad_status_by_plain_form_shows_the_error(operator_client: Client, pendi
 def test_unknown_review_is_404(operator_client: Client, pending_review: ClaimReview, review_id: str) -> None:
     before = written()
 
-    response = operator_client.post(review_url(review_id), {"status": "resolved"}, headers=HTMX)
+    response = operator_client.post(console_review_url(review_id), {"status": "resolved"}, headers=HTMX)
 
     assert response.status_code == 404
     assert written() == before
@@ -212,7 +212,9 @@ def test_unknown_review_is_404(operator_client: Client, pending_review: ClaimRev
 def test_a_note_with_crlf_and_tabs_is_kept(operator_client: Client, pending_review: ClaimReview) -> None:
     note = "Checked the source.\r\n\tThe dose was transposed."
 
-    response = operator_client.post(review_url(pending_review.pk), {"status": "resolved", "note": note}, headers=HTMX)
+    response = operator_client.post(
+        console_review_url(pending_review.pk), {"status": "resolved", "note": note}, headers=HTMX
+    )
 
     assert response.status_code == 200
     pending_review.refresh_from_db()

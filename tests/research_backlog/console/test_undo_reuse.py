@@ -12,12 +12,11 @@ from django.test import Client
 
 from pathways.models import Pathway, PathwayHit
 from tests.conftest import events
-from tests.factories import PASSWORD, logged_in
+from tests.factories import NOW, PASSWORD, logged_in
 from tests.html import Element, doc
-from tests.research_backlog.console.support import (
+from tests.research_backlog.support import (
     CONSOLE,
     HTMX,
-    NOW,
     REUSE_UNDONE,
     console_url,
     form_fields,
