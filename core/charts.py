@@ -304,3 +304,30 @@ def _category_labels(texts: Sequence[str], left: float, slot: float, y: float) -
 def _value(values: Sequence[float | None], i: int) -> float:
     value = values[i] if i < len(values) else None
     return float(value) if value is not None else 0.0
+
+
+@dataclass(frozen=True)
+class Table:
+    """The numbers a chart is drawn from, shown under it (**Table**)."""
+
+    headers: tuple[str, ...]  # the first column names the row
+    rows: tuple[tuple[str, ...], ...]
+    links: tuple[str, ...] = ()  # where a row's first cell links to, if anywhere ("": nowhere)
+
+    @property
+    def entries(self) -> list[tuple[tuple[str, ...], str]]:
+        return [(row, self.links[i] if i < len(self.links) else "") for i, row in enumerate(self.rows)]
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One chart of a page with its title, its summary for screen readers and its table
+    (``templates/components/chart.html`` draws it)."""
+
+    slug: str  # the figure's id: chart-<slug>
+    title: str
+    summary: str  # one sentence for screen readers (the SVG's <desc>)
+    kind: str  # "columns", "line" or "bars": the component that draws ``chart``
+    chart: ColumnChart | LineChart | BarChart | None  # None: nothing to draw
+    empty: str  # what the panel says instead of a chart
+    table: Table

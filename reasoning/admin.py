@@ -25,7 +25,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from audit.admin import ReadOnlyAdmin, ServiceAdmin
 from core.errors import Conflict
-from reasoning import tokens as reasoning_tokens
+from reasoning import tokens
 from reasoning.dimensions import is_radar
 from reasoning.flows import services as flows_services
 from reasoning.flows.serializers import FLOW_FIELDS
@@ -212,7 +212,7 @@ class ApiTokenAdmin(ServiceAdmin):
         # Only the add form gets here: without change permission a POST to a token is a 403.
         data = form.cleaned_data
         patient = data.get("patient")
-        token, raw = reasoning_tokens.create_api_token(
+        token, raw = tokens.create_api_token(
             name=data["name"],
             scopes=data["scopes"],
             actor=self.actor(request),
@@ -228,7 +228,7 @@ class ApiTokenAdmin(ServiceAdmin):
         revoked = 0
         for name in queryset.filter(revoked_at__isnull=True).values_list("name", flat=True):
             try:
-                reasoning_tokens.revoke_api_token(name=name, actor=actor)
+                tokens.revoke_api_token(name=name, actor=actor)
             except Conflict:
                 continue  # revoked meanwhile by someone else
             revoked += 1

@@ -4,24 +4,21 @@ from __future__ import annotations
 
 from django.urls import path
 
-from reasoning.agents import agent_page
-from reasoning.agents import list_page as agents_page
-from reasoning.dashboard import page as dashboard_page
+from reasoning.agents import agent_page, list_page
+from reasoning.dashboard import page as dashboard
 from reasoning.evaluation import views as evaluation
-from reasoning.flows import pages as flows_pages
-from reasoning.turns import page as turns_page
+from reasoning.flows import pages as flows
+from reasoning.turns import page as turns
 
 urlpatterns = [
-    path("dashboard/reasoning/<uuid:decision_id>", flows_pages.narrative_page, name="narrative-page"),
-    path("dashboard/admin/reasoning/", dashboard_page.reasoning_dashboard_page, name="reasoning-dashboard"),
+    path("dashboard/reasoning/<uuid:decision_id>", flows.narrative_page, name="narrative-page"),
+    path("dashboard/admin/reasoning/", dashboard.reasoning_dashboard_page, name="reasoning-dashboard"),
     path("dashboard/admin/reasoning/evaluation", evaluation.evaluation_page_view, name="evaluation-page"),
     path("dashboard/admin/reasoning/evaluation/export", evaluation.evaluation_export, name="evaluation-export"),
-    path("dashboard/admin/reasoning/flows", flows_pages.admin_flow_list_page, name="admin-flow-list"),
-    path(
-        "dashboard/admin/reasoning/flows/summary", flows_pages.admin_flow_list_summary, name="admin-flow-list-summary"
-    ),
-    path("dashboard/admin/reasoning/turns/<path:trace_id>", turns_page.admin_turn_page, name="admin-turn-page"),
-    path("dashboard/admin/reasoning/agents", agents_page.agents_page, name="admin-agents-page"),
+    path("dashboard/admin/reasoning/flows", flows.admin_flow_list_page, name="admin-flow-list"),
+    path("dashboard/admin/reasoning/flows/summary", flows.admin_flow_list_summary, name="admin-flow-list-summary"),
+    path("dashboard/admin/reasoning/turns/<path:trace_id>", turns.admin_turn_page, name="admin-turn-page"),
+    path("dashboard/admin/reasoning/agents", list_page.agents_page, name="admin-agents-page"),
     path("dashboard/admin/reasoning/agents/<str:agent>", agent_page.agent_page, name="admin-agent-page"),
-    path("dashboard/admin/reasoning/<uuid:flow_id>", flows_pages.admin_flow_page, name="admin-flow-page"),
+    path("dashboard/admin/reasoning/<uuid:flow_id>", flows.admin_flow_page, name="admin-flow-page"),
 ]

@@ -8,7 +8,6 @@ for a minute (one entry per time zone).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlencode
 
@@ -23,6 +22,7 @@ from django.views.decorators.http import require_safe
 
 from core import charts, svg
 from core.access import is_operator, operator_required
+from core.charts import Panel, Table
 from core.templatetags.durations import format_duration
 from reasoning.dashboard import queries
 from reasoning.dashboard.queries import NO_AGENT, NO_MODEL, AgentFlows, Dashboard, Day, StateCounts, StepBucket, Usage
@@ -56,28 +56,6 @@ def reasoning_dashboard_page(request: HttpRequest) -> HttpResponse:
         "panels": panels(data),
     }
     return render(request, "reasoning/dashboard.html", context)
-
-
-@dataclass(frozen=True)
-class Table:
-    headers: tuple[str, ...]  # the first column names the row
-    rows: tuple[tuple[str, ...], ...]
-    links: tuple[str, ...] = ()  # where a row's first cell links to, if anywhere ("": nowhere)
-
-    @property
-    def entries(self) -> list[tuple[tuple[str, ...], str]]:
-        return [(row, self.links[i] if i < len(self.links) else "") for i, row in enumerate(self.rows)]
-
-
-@dataclass(frozen=True)
-class Panel:
-    slug: str  # the figure's id: chart-<slug>
-    title: str
-    summary: str  # one sentence for screen readers (the SVG's <desc>)
-    kind: str  # "columns", "line" or "bars": the component that draws ``chart``
-    chart: charts.ColumnChart | charts.LineChart | charts.BarChart | None  # None: nothing to draw
-    empty: str  # what the panel says instead of a chart
-    table: Table
 
 
 STATE_SERIES = (("completed", "completed"), ("aborted", "aborted"), ("active", "active"))

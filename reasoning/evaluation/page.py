@@ -17,7 +17,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from core import charts, svg
-from reasoning.dashboard.page import Panel, Table
+from core.charts import Panel, Table
 from reasoning.models import EvaluationRun
 
 HISTORY = 20  # runs of each kind on the drift chart

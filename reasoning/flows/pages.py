@@ -37,7 +37,7 @@ from reasoning.flows import dag, waterfall
 from reasoning.flows.search import FlowSearch, flow_row
 from reasoning.flows.services import FlowStepsPage, list_decisions, read_flow_page_for_admin, read_narrative
 from reasoning.models import ReasoningFlow
-from reasoning.turns import graph as turns
+from reasoning.turns.graph import turn_flow_count
 
 
 @login_required
@@ -142,7 +142,7 @@ def admin_flow_page(request: HttpRequest, flow_id: uuid.UUID) -> HttpResponse:
         "page_count": read.page_count,
         "first_position": read.first_position if steps else 0,
         "last_position": last_position if steps else 0,
-        "turn_flows": turns.turn_flow_count(flow.trace_id),
+        "turn_flows": turn_flow_count(flow.trace_id),
     }
     return render(request, "reasoning/admin_flow.html", context)
 

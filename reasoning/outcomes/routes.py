@@ -32,7 +32,6 @@ from reasoning.auth import CanWrite, IsAdmin, changes_only_own_flows
 from reasoning.flows.serializers import FlowSerializer, flow_representation
 from reasoning.models import ReasoningFlow
 from reasoning.outcomes import services
-from reasoning.outcomes import services as outcomes
 from reasoning.outcomes.sessions import SessionPage, check_session_id, session_summaries
 
 MAX_OUTCOMES = 1000
@@ -278,7 +277,7 @@ class OutcomeBatchView(ApiView):
     def post(self, request: Request) -> Response:
         raw_items = _check_envelope(request.data)
         answers: list[dict[str, Any] | None] = [None] * len(raw_items)
-        items: list[outcomes.Item] = []
+        items: list[services.Item] = []
         positions: list[int] = []
         for index, raw in enumerate(raw_items):
             try:
@@ -288,7 +287,7 @@ class OutcomeBatchView(ApiView):
                     index, _echoed_id(raw), "invalid", flat_errors(exc.detail, f"outcomes[{index}]")
                 )
                 continue
-            items.append(outcomes.Item(fields["flow_id"], fields["outcome"], fields["correct"]))
+            items.append(services.Item(fields["flow_id"], fields["outcome"], fields["correct"]))
             positions.append(index)
         results = (
             services.record_outcomes(items, actor=actor_for(request), opener_only=changes_only_own_flows(request))

@@ -46,7 +46,7 @@ from core.api_views import ApiView
 from reasoning.access import WriteRateThrottle
 from reasoning.auth import TokenPrincipal, authenticate_bearer, only_own_flows
 from reasoning.models import ApiToken
-from reasoning.recording import flow_routes as api
+from reasoning.recording import flow_routes
 
 _FLOW = "/api/reasoning/flows/"
 _STEPS = "/steps"
@@ -78,27 +78,27 @@ class _Caller:
 
 # What a hot route runs once the caller is known: ``reasoning.recording.flow_routes``'s function for the route,
 # its flow id bound; called with the body's data, ``actor`` and ``opener_only``.
-Handler = Callable[..., api.Answer]
+Handler = Callable[..., flow_routes.Answer]
 
 
 def route(method: str, path: str) -> tuple[Handler, str] | None:
     """The handler and ``Allow`` header of a hot route, or None."""
     if path == "/api/reasoning/flows":
-        return (api.open_flow, _ALLOW_COLLECTION) if method == "POST" else None
+        return (flow_routes.open_flow, _ALLOW_COLLECTION) if method == "POST" else None
     if not path.startswith(_FLOW):
         return None
     rest = path[len(_FLOW) :]
     if method == "POST" and rest.endswith(_STEPS):
         flow_id = rest[: -len(_STEPS)]
-        return (partial(api.add_step, flow_id), _ALLOW_STEPS) if _SEGMENT.fullmatch(flow_id) else None
+        return (partial(flow_routes.add_step, flow_id), _ALLOW_STEPS) if _SEGMENT.fullmatch(flow_id) else None
     if method == "PATCH" and _SEGMENT.fullmatch(rest):
-        return partial(api.close_flow, rest), _ALLOW_DETAIL
+        return partial(flow_routes.close_flow, rest), _ALLOW_DETAIL
     return None
 
 
-_ALLOW_COLLECTION = _allow(api.FlowCollectionView)
-_ALLOW_STEPS = _allow(api.StepCollectionView)
-_ALLOW_DETAIL = _allow(api.FlowDetailView)
+_ALLOW_COLLECTION = _allow(flow_routes.FlowCollectionView)
+_ALLOW_STEPS = _allow(flow_routes.StepCollectionView)
+_ALLOW_DETAIL = _allow(flow_routes.FlowDetailView)
 
 
 def _accepts_json(accept: str) -> bool:

@@ -9,7 +9,7 @@ from playwright.sync_api import Page, expect
 
 from audit.models import AuditEvent
 from pathways.models import Pathway
-from reasoning.recording import services as reasoning_services
+from reasoning.recording import services as recording_services
 from research_backlog.services import mark_claim_for_review, resolve_claim_review
 from tests.browser.conftest import DESKTOP, Screenshot
 from tests.browser.test_operator_and_patient import (
@@ -48,7 +48,7 @@ def seed_reviews() -> None:
     flow_id = make_flow(
         agent="critic", trigger_type="claim_check", trigger_summary="Checked a drafted claim about sleep", close=False
     )
-    reasoning_services.close_flow(
+    recording_services.close_flow(
         flow_id,
         state="completed",
         actor=ACTOR,

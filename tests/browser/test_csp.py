@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import BrowserContext, ConsoleMessage, Page, expect
 
 from patients.services import create_patient
-from reasoning import tokens as reasoning_services
+from reasoning import tokens
 from reasoning.models import ReasoningFlow
 from tests.browser.test_operator_and_patient import closed_flow, log_in
 
@@ -76,7 +76,7 @@ def assert_clean(violations: list[str], policy_messages: list[str], page_errors:
 def test_operator_pages_api_docs_and_admin_keep_to_the_policy(
     page: Page, violations: list[str], policy_messages: list[str], page_errors: list[str]
 ) -> None:
-    reasoning_services.create_operator(username=OPERATOR[0], password=OPERATOR[1], actor=ACTOR)
+    tokens.create_operator(username=OPERATOR[0], password=OPERATOR[1], actor=ACTOR)
     flow_id = closed_flow()
     trace_id = ReasoningFlow.objects.get(pk=flow_id).trace_id
 

@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from core.throttling import Rate
 from reasoning.models import ReasoningFlow, ReasoningStep
-from reasoning.recording import flow_routes as api
+from reasoning.recording import flow_routes
 from tests.factories import FLOWS
 
 pytestmark = pytest.mark.django_db
@@ -44,7 +44,7 @@ CLOSE = {"flow_state": "completed", "outcome_type": "recommendation_delivered", 
 def views_called(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The DRF views of the hot routes that handled a request (the hot path runs none of them)."""
     called: list[str] = []
-    for view in (api.FlowCollectionView, api.StepCollectionView, api.FlowDetailView):
+    for view in (flow_routes.FlowCollectionView, flow_routes.StepCollectionView, flow_routes.FlowDetailView):
         original = view.dispatch
 
         def spy(self: Any, *args: Any, _original: Any = original, _name: str = view.__name__, **kwargs: Any) -> Any:

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow
-from reasoning.recording import services as reasoning_services
+from reasoning.recording import services as recording_services
 from research_backlog import services
 from research_backlog.models import ClaimReview
 from tests.conftest import audit_trail_text, events
@@ -225,7 +225,7 @@ def test_a_note_with_crlf_and_tabs_is_kept(operator_client: Client, pending_revi
 def critic_flow(trigger_summary: str, outcome_summary: str, **metrics: str) -> uuid.UUID:
     """A Critic flow that rejected claim-42, closed through the services (so the guard ran)."""
     flow_id = make_flow(agent="critic", trigger_type="claim_check", trigger_summary=trigger_summary, close=False)
-    reasoning_services.close_flow(
+    recording_services.close_flow(
         flow_id,
         state="completed",
         actor="token:critic",
