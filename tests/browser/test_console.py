@@ -25,7 +25,7 @@ from tests.browser.test_operator_and_patient import (
     still_same_page,
 )
 from tests.factories import make_flow, make_pathway
-from tests.research_backlog.console.support import add_seed_steps
+from tests.research_backlog.support import add_seed_steps
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
