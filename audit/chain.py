@@ -188,10 +188,13 @@ def run_chainer(
 
 
 def chainer_loop_running() -> bool:
-    """Whether some process runs a chainer loop right now (``audit_chainer`` or the job)."""
+    """Whether some process runs a chainer loop on this database right now (``audit_chainer`` or
+    the job). Advisory locks belong to a database: another database on the same server (another
+    deployment, another test run) holding the same key runs its own chain, not this one's."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND classid = 0 AND objid::bigint = %s AND objsubid = 1 AND pid <> pg_backend_pid())",
             [CHAINER_LOOP_LOCK_KEY],
         )

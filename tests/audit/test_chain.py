@@ -13,6 +13,7 @@ from io import StringIO
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.core.management import call_command
@@ -20,7 +21,14 @@ from django.db import connection, transaction
 
 from audit.actions import Action
 from audit.canonical import GENESIS_HASH
-from audit.chain import CHAINER_LOCK_KEY, CHAINER_LOOP_LOCK_KEY, chain_all, chain_pending, id_predicate
+from audit.chain import (
+    CHAINER_LOCK_KEY,
+    CHAINER_LOOP_LOCK_KEY,
+    chain_all,
+    chain_pending,
+    chainer_loop_running,
+    id_predicate,
+)
 from audit.jobs import run_chainer as run_chainer_job
 from audit.models import AuditChainLink, AuditEvent, AuditPending
 from audit.services import record
@@ -360,6 +368,31 @@ def test_scheduled_job_keeps_chaining_for_its_budget_when_no_chainer_runs(monkey
     finally:
         thread.join(THREAD_TIMEOUT)
     assert not errors
+
+
+def _server_connection(dbname: str) -> psycopg.Connection:
+    params = connection.settings_dict
+    conninfo = {
+        "dbname": dbname,
+        "user": params["USER"],
+        "password": params["PASSWORD"] or None,
+        "host": params["HOST"] or None,
+        "port": params["PORT"] or None,
+    }
+    return psycopg.connect(**{key: value for key, value in conninfo.items() if value is not None}, autocommit=True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_a_chainer_loop_on_this_database_counts_as_running() -> None:
+    # Found when a test run beside another (two databases, one server) saw the other's chainer
+    # and made one pass instead of polling: advisory locks belong to their database.
+    with _server_connection("postgres") as elsewhere:
+        elsewhere.execute("SELECT pg_advisory_lock_shared(%s)", [CHAINER_LOOP_LOCK_KEY])
+        assert chainer_loop_running() is False
+    with _server_connection(connection.settings_dict["NAME"]) as here:
+        here.execute("SELECT pg_advisory_lock_shared(%s)", [CHAINER_LOOP_LOCK_KEY])
+        assert chainer_loop_running() is True
+    assert chainer_loop_running() is False
 
 
 @pytest.mark.django_db(transaction=True)
