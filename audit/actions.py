@@ -24,6 +24,8 @@ class Action(StrEnum):
     # Reads that are audited
     ADMIN_FLOW_READ = "admin.reasoning.flow.read"
     ADMIN_FLOW_REASONING_READ = "admin.reasoning.flow.reasoning_content_read"
+    # A step's decrypted content (inputs, outputs, messages, tool arguments and results) read
+    ADMIN_FLOW_CONTENT_READ = "admin.reasoning.flow.content_read"
     # Every flow of one trace id (an agent turn) as one graph: the flow ids and counts
     ADMIN_TURN_READ = "admin.reasoning.turn.read"
     # A session's decisions as a timeline (labels, counts, times): the flow count
@@ -103,6 +105,8 @@ class Action(StrEnum):
     API_TOKEN_REVOKED = "auth.api_token.revoked"
     API_TOKEN_ROTATED = "auth.api_token.rotated"
     OPERATOR_CREATED = "auth.operator.created"
+    # What an operator may read beyond metadata: the permissions granted and revoked (names only)
+    OPERATOR_ACCESS_CHANGED = "auth.operator.access_changed"
     # Logins (audit/logins.py): the user's id when the username exists, else a short SHA-256
     # prefix of it; the form, the client address; never the password or a typed username.
     LOGIN_SUCCEEDED = "auth.login.succeeded"

@@ -215,6 +215,12 @@ class ReasoningStep(models.Model):
 
     class Meta:
         db_table = "reasoning_step"
+        # Operators' (logins') counterparts of the reasoning.content.read and reasoning.cot.read
+        # scopes: reading a step's decrypted content or raw reasoning on the flow page.
+        permissions = [
+            ("read_step_content", "Can read steps' decrypted inputs, outputs and messages"),
+            ("read_step_reasoning", "Can read steps' raw reasoning"),
+        ]
         constraints = [
             # Also the index that serves "the steps of a flow, in order".
             models.UniqueConstraint(
@@ -276,6 +282,8 @@ class ApiToken(models.Model):
         READ = "reasoning.read"
         ADMIN = "reasoning.admin"
         COT_READ = "reasoning.cot.read"
+        # A step's decrypted content (inputs, outputs, messages) on the admin flow route.
+        CONTENT_READ = "reasoning.content.read"
         # The verifiable audit log's proofs and events (/audit/v1/…); reasoning.admin reads them too.
         AUDIT_READ = "audit.read"
 

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -120,16 +121,50 @@ def rotate_api_token(*, name: str, actor: str, grace: timedelta = ROTATION_GRACE
 
 
 @transaction.atomic
-def create_operator(*, username: str, password: str, actor: str) -> Any:
-    """A staff login for operators (Django admin and the operator pages)."""
+def create_operator(*, username: str, password: str, actor: str, superuser: bool = True) -> Any:
+    """A staff login for operators (the operator pages; Django admin too when ``superuser``).
+
+    A superuser holds every permission, reading steps' decrypted content and raw reasoning
+    included (Django's rule); an operator created with ``superuser=False`` reads metadata only
+    until ``set_operator_access`` grants more."""
     user_model = get_user_model()
     taken = Conflict(f"user {username!r} already exists", field="username")
     if user_model.objects.filter(username=username).exists():
         raise taken
     try:
         with transaction.atomic():  # a savepoint: the unique username decides concurrent creations
-            user = user_model.objects.create_superuser(username=username, password=password)
+            if superuser:
+                user = user_model.objects.create_superuser(username=username, password=password)
+            else:
+                user = user_model.objects.create_user(username=username, password=password, is_staff=True)
     except IntegrityError:
         raise taken from None
-    record(Action.OPERATOR_CREATED, actor=actor, target=("auth.user", user.pk))
+    record(Action.OPERATOR_CREATED, actor=actor, target=("auth.user", user.pk), payload={"superuser": superuser})
     return user
+
+
+# What an operator may read beyond metadata on the flow page (ReasoningStep's permissions).
+OPERATOR_ACCESS = {"content": "read_step_content", "reasoning": "read_step_reasoning"}
+
+
+@transaction.atomic
+def set_operator_access(user: Any, *, actor: str, **access: bool) -> None:
+    """Grant (True) or revoke (False) an operator's reading of steps' decrypted content
+    (``content``) or raw reasoning (``reasoning``); audited with what changed, by name."""
+    unknown = sorted(set(access) - set(OPERATOR_ACCESS))
+    if unknown:
+        raise InvalidInput(f"unknown access {unknown}; known: {sorted(OPERATOR_ACCESS)}", field="access")
+    if not getattr(user, "is_staff", False):
+        raise InvalidInput("only an operator (a staff login) is given access", field="user")
+    permissions = {
+        p.codename: p
+        for p in Permission.objects.filter(content_type__app_label="reasoning", codename__in=OPERATOR_ACCESS.values())
+    }
+    for name, allowed in access.items():
+        permission = permissions[OPERATOR_ACCESS[name]]
+        (user.user_permissions.add if allowed else user.user_permissions.remove)(permission)
+    changed = dict(sorted(access.items()))
+    record(Action.OPERATOR_ACCESS_CHANGED, actor=actor, target=("auth.user", user.pk), payload=changed)
+    # Django caches a user's permissions on the object: the next check must see the change.
+    for cache in ("_perm_cache", "_user_perm_cache"):
+        user.__dict__.pop(cache, None)

@@ -28,6 +28,7 @@ PERSONAS: dict[str, str] = {
     "admin": "a `reasoning.admin` token",
     "admin+write": "a `reasoning.admin` + `reasoning.write` token: may change any flow",
     "admin+cot": "a `reasoning.admin` + `reasoning.cot.read` token",
+    "admin+content": "a `reasoning.admin` + `reasoning.content.read` token",
     "cot": "a `reasoning.cot.read` token alone",
     "audit": "an `audit.read` token",
     "app A": "patient A's app: a `reasoning.read` token bound to A, reading A's decision",
@@ -36,9 +37,9 @@ PERSONAS: dict[str, str] = {
     "patient A": "patient A's login, reading A's decision",
     "clerk": "a login that is neither staff nor a patient",
 }
-TOKENS = ("agent", "writer2", "admin", "admin+write", "admin+cot", "cot", "audit", "app A", "app B")
+TOKENS = ("agent", "writer2", "admin", "admin+write", "admin+cot", "admin+content", "cot", "audit", "app A", "app B")
 LOGINS = ("operator", "patient A", "clerk")
-ADMINS = ("admin", "admin+write", "admin+cot")
+ADMINS = ("admin", "admin+write", "admin+cot", "admin+content")
 # Tokens with reasoning.write. A flow may be changed by the token that opened it and by a writer
 # that is also an admin; another writer gets 404 (docs/ingest.md, "Who may change a flow").
 WRITERS = ("agent", "writer2", "admin+write")
@@ -203,6 +204,13 @@ ROWS: tuple[Row, ...] = (
         "/admin/v1/reasoning/flows/{flow_a}?include_reasoning=true",
         scope(("admin+cot",), 200),
         shown="/admin/v1/reasoning/flows/{id}?include_reasoning=true",
+    ),
+    Row(
+        "GET",
+        "/admin/v1/reasoning/flows/{flow_a}?include_content=true",
+        scope(("admin+content",), 200),
+        shown="/admin/v1/reasoning/flows/{id}?include_content=true",
+        note="the steps' inputs and outputs decrypted (`admin.reasoning.flow.content_read`)",
     ),
     Row("GET", "/admin/v1/reasoning/sessions", scope(ADMINS, 200)),
     Row(

@@ -174,6 +174,7 @@ def world(
         "admin": make_token("reasoning.admin"),
         "admin+write": make_token("reasoning.admin", "reasoning.write"),
         "admin+cot": make_token("reasoning.admin", "reasoning.cot.read"),
+        "admin+content": make_token("reasoning.admin", "reasoning.content.read"),
         "cot": make_token("reasoning.cot.read"),
         "audit": make_token("audit.read"),
         "app A": make_token("reasoning.read", patient_id=consenting_patient.pk),

@@ -12,6 +12,7 @@ works without JavaScript.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import uuid
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ from reasoning.access import NarrativeReadThrottle, patient_of
 from reasoning.dimensions import is_radar
 from reasoning.flows import dag, waterfall
 from reasoning.flows.search import FlowSearch, flow_row
+from reasoning.flows.serializers import step_content
 from reasoning.flows.services import FlowStepsPage, list_decisions, read_flow_page_for_admin, read_narrative
 from reasoning.models import ReasoningFlow
 from reasoning.turns.graph import turn_flow_count
@@ -118,8 +120,21 @@ def admin_flow_page(request: HttpRequest, flow_id: uuid.UUID) -> HttpResponse:
     pk = flow_id
     if not PAGE_NUMBER.fullmatch(raw_page):
         return _flow_not_found(request)
+    # Content and raw reasoning only on request (?content=1, ?reasoning=1) and only with the
+    # permission; otherwise the page shows keys and counts, as it does by default.
+    may = {
+        "content": request.user.has_perm("reasoning.read_step_content"),
+        "reasoning": request.user.has_perm("reasoning.read_step_reasoning"),
+    }
+    shown = {name: allowed and request.GET.get(name) == "1" for name, allowed in may.items()}
     try:
-        read = read_flow_page_for_admin(pk, actor=actor_for(request), page=int(raw_page))
+        read = read_flow_page_for_admin(
+            pk,
+            actor=actor_for(request),
+            page=int(raw_page),
+            include_content=shown["content"],
+            include_reasoning=shown["reasoning"],
+        )
     except NotFound:
         return _flow_not_found(request)
 
@@ -143,8 +158,18 @@ def admin_flow_page(request: HttpRequest, flow_id: uuid.UUID) -> HttpResponse:
         "first_position": read.first_position if steps else 0,
         "last_position": last_position if steps else 0,
         "turn_flows": turn_flow_count(flow.trace_id),
+        "may": may,
+        "shown": shown,
+        "toggles": {name: _toggle_href(read.page, shown, name) for name in shown},
     }
     return render(request, "reasoning/admin_flow.html", context)
+
+
+def _toggle_href(page: int, shown: dict[str, bool], name: str) -> str:
+    """This page of steps with ``name`` (content or reasoning) switched, the other kept as it is."""
+    params = {"page": str(page)} if page > 1 else {}
+    params |= {key: "1" for key, on in shown.items() if on != (key == name)}
+    return "?" + urlencode(params) if params else "?"
 
 
 FLOW_LIST_PAGE = 50
@@ -257,7 +282,25 @@ def _timeline_entry(step: dict[str, Any], read: FlowStepsPage, *, check_guard: b
         "guard_rule": guard.rule if guard is not None and not guard.ok else "",
         "inputs": [_masked_entry(entry) for entry in step["input_shape"]],
         "outputs": [_masked_entry(entry) for entry in step["output_shape"]],
+        "content": _content_entries(step) if "inputs_pii" in step else None,
     }
+
+
+def _content_entries(step: dict[str, Any]) -> list[dict[str, Any]]:
+    """A step's inputs and outputs in full (read with the content permission), one entry a key:
+    its direction, whether it was stored encrypted, and its value as indented JSON."""
+    content = step_content(step["inputs"], step["outputs"], step["inputs_pii"], step["outputs_pii"])
+    encrypted = set(step["pii_fields"] or ())
+    return [
+        {
+            "direction": direction,
+            "key": key,
+            "encrypted": key in encrypted,
+            "value": value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False),
+        }
+        for direction in ("inputs", "outputs")
+        for key, value in content[direction].items()
+    ]
 
 
 def _masked_entry(entry: str) -> tuple[str, str]:

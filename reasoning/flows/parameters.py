@@ -104,11 +104,21 @@ FLOW_LIST_PARAMETERS = [
 ]
 
 
+def _scoped_flag(request: Request, name: str, scope: ApiToken.Scope) -> bool:
+    """``?<name>=true``, allowed only to a token with ``scope`` (403 naming both otherwise)."""
+    wanted = parse_flag(request.query_params.get(name), name)
+    if wanted:
+        user = request.user
+        if not (isinstance(user, TokenPrincipal) and user.has_scope(scope)):
+            raise PermissionDenied(f"{name}=true needs the '{scope.value}' scope.")
+    return wanted
+
+
 def include_reasoning_of(request: Request) -> bool:
     """``?include_reasoning=true``, allowed only to a token with ``reasoning.cot.read`` (403 otherwise)."""
-    include_reasoning = parse_flag(request.query_params.get("include_reasoning"), "include_reasoning")
-    if include_reasoning:
-        user = request.user
-        if not (isinstance(user, TokenPrincipal) and user.has_scope(ApiToken.Scope.COT_READ)):
-            raise PermissionDenied("include_reasoning=true needs the 'reasoning.cot.read' scope.")
-    return include_reasoning
+    return _scoped_flag(request, "include_reasoning", ApiToken.Scope.COT_READ)
+
+
+def include_content_of(request: Request) -> bool:
+    """``?include_content=true``, allowed only to a token with ``reasoning.content.read`` (403 otherwise)."""
+    return _scoped_flag(request, "include_content", ApiToken.Scope.CONTENT_READ)

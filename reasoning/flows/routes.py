@@ -22,6 +22,7 @@ from reasoning.flows.parameters import (
     FLOW_LIST_PARAMETERS,
     FLOW_NOT_FOUND,
     MAX_FLOW_LIST,
+    include_content_of,
     include_reasoning_of,
 )
 from reasoning.flows.search import FlowSearch
@@ -71,7 +72,14 @@ class AdminFlowListView(ApiView):
 class AdminFlowDetailView(ApiView):
     permission_classes = [IsAdmin]
     query_parameters = {
-        "get": [OpenApiParameter("include_reasoning", bool, description="Include raw chain-of-thought.")]
+        "get": [
+            OpenApiParameter("include_reasoning", bool, description="Include raw chain-of-thought."),
+            OpenApiParameter(
+                "include_content",
+                bool,
+                description="Include each step's inputs and outputs in full, the encrypted ones decrypted.",
+            ),
+        ]
     }
 
     @extend_schema(
@@ -81,7 +89,10 @@ class AdminFlowDetailView(ApiView):
         "their parents and back-refs; PII values stay encrypted (only the `pii_fields` names are shown). Raw "
         "chain-of-thought (`reasoning_content`) is included only with `include_reasoning=true` and the "
         "`reasoning.cot.read` scope (403 otherwise); that read also audits "
-        "`admin.reasoning.flow.reasoning_content_read`.",
+        "`admin.reasoning.flow.reasoning_content_read`. A step's content -- its inputs and outputs in full, the "
+        "encrypted keys (prompts, completions, tool arguments and results) decrypted -- is included only with "
+        "`include_content=true` and the `reasoning.content.read` scope (403 otherwise); that read audits "
+        "`admin.reasoning.flow.content_read` with the reader and the flow.",
         parameters=[FLOW_ID],
         responses={200: AdminFlowSerializer, 404: FLOW_NOT_FOUND, **ERRORS},
         examples=[
@@ -96,8 +107,13 @@ class AdminFlowDetailView(ApiView):
     def get(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
         include_reasoning = include_reasoning_of(request)
-        flow, steps = services.read_flow_for_admin(pk, actor=actor_for(request), include_reasoning=include_reasoning)
-        return Response(admin_flow_representation(flow, steps, include_reasoning=include_reasoning))
+        include_content = include_content_of(request)
+        flow, steps = services.read_flow_for_admin(
+            pk, actor=actor_for(request), include_reasoning=include_reasoning, include_content=include_content
+        )
+        return Response(
+            admin_flow_representation(flow, steps, include_reasoning=include_reasoning, include_content=include_content)
+        )
 
 
 class AdminStatsView(ApiView):

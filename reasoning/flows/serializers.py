@@ -4,6 +4,7 @@ the patient narrative.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,14 +23,37 @@ def step_representation(step: ReasoningStep) -> dict[str, Any]:
 
 
 def admin_flow_representation(
-    flow: ReasoningFlow, steps: list[ReasoningStep], *, include_reasoning: bool = False
+    flow: ReasoningFlow, steps: list[ReasoningStep], *, include_reasoning: bool = False, include_content: bool = False
 ) -> dict[str, Any]:
-    """The operator's view. ``reasoning_content`` appears only when asked for and allowed."""
+    """The operator's view. ``reasoning_content`` and ``content`` (the inputs and outputs in full,
+    decrypted) appear only when asked for and allowed."""
     fields = [*ADMIN_STEP_FIELDS, "reasoning_content"] if include_reasoning else ADMIN_STEP_FIELDS
     data = flow_representation(flow)
     data["tokens"] = flow_tokens(steps)
-    data["steps"] = [{name: getattr(step, name) for name in fields} for step in steps]
+    data["steps"] = [
+        {name: getattr(step, name) for name in fields}
+        | (
+            {"content": step_content(step.inputs, step.outputs, step.inputs_pii, step.outputs_pii)}
+            if include_content
+            else {}
+        )
+        for step in steps
+    ]
     return data
+
+
+def _content_of(step: ReasoningStep) -> dict[str, dict[str, Any]]:
+    return step_content(step.inputs, step.outputs, step.inputs_pii, step.outputs_pii)
+
+
+def step_content(
+    inputs: dict[str, Any] | None, outputs: dict[str, Any] | None, inputs_pii: str | None, outputs_pii: str | None
+) -> dict[str, dict[str, Any]]:
+    """A step's inputs and outputs in full: the clear keys with the encrypted ones, decrypted."""
+    return {
+        "inputs": {**(inputs or {}), **(json.loads(inputs_pii) if inputs_pii else {})},
+        "outputs": {**(outputs or {}), **(json.loads(outputs_pii) if outputs_pii else {})},
+    }
 
 
 def flow_tokens(steps: Sequence[ReasoningStep]) -> dict[str, Any]:
@@ -175,6 +199,27 @@ class AdminStepSerializer(StepSerializer):
         read_only_fields = fields
 
 
+class StepContentSerializer(serializers.Serializer[Any]):
+    inputs = serializers.DictField(help_text="Every input key with its value, the encrypted ones decrypted.")
+    outputs = serializers.DictField(help_text="Every output key with its value, the encrypted ones decrypted.")
+
+
+class AdminStepReadSerializer(AdminStepSerializer):
+    """What the flow route answers per step: ``AdminStepSerializer`` and, when asked for and
+    allowed, the raw reasoning and the content."""
+
+    reasoning_content = serializers.CharField(
+        required=False, allow_null=True, help_text="Only with `include_reasoning=true` (`reasoning.cot.read`)."
+    )
+    content = StepContentSerializer(
+        required=False, help_text="Only with `include_content=true` (`reasoning.content.read`)."
+    )
+
+    class Meta(AdminStepSerializer.Meta):
+        fields = [*ADMIN_STEP_FIELDS, "reasoning_content", "content"]
+        read_only_fields = fields
+
+
 class FlowTokensSerializer(serializers.Serializer[Any]):
     """``flow_tokens``: the flow's model usage, from its steps."""
 
@@ -200,7 +245,7 @@ class AdminFlowSerializer(FlowSerializer):
     def get_tokens(self, flow: ReasoningFlow) -> dict[str, Any]:
         return flow_tokens(self.context.get("steps", []))
 
-    @extend_schema_field(AdminStepSerializer(many=True))
+    @extend_schema_field(AdminStepReadSerializer(many=True))
     def get_steps(self, flow: ReasoningFlow) -> list[dict[str, Any]]:
         steps = self.context.get("steps", [])
         return AdminStepSerializer(steps, many=True).data  # type: ignore[return-value]

@@ -30,19 +30,48 @@ from reasoning.flows.narrative import (
 from reasoning.models import ReasoningFlow, ReasoningStep
 
 
+def _record_sensitive_reads(
+    flow: ReasoningFlow,
+    steps: Sequence[Any],
+    *,
+    actor: str,
+    content: bool,
+    reasoning: bool,
+    where: dict[str, Any],
+) -> None:
+    """The audit events of a read of decrypted content and of raw reasoning: who read which flow,
+    how many steps held any, and where (``via``: api, page, turn; the page number)."""
+
+    def has(step: Any, name: str) -> bool:
+        return bool(step[name] if isinstance(step, dict) else getattr(step, name))
+
+    if content:
+        held = sum(1 for step in steps if has(step, "inputs_pii") or has(step, "outputs_pii"))
+        record(Action.ADMIN_FLOW_CONTENT_READ, actor=actor, target=flow, payload={"steps_with_content": held, **where})
+    if reasoning:
+        held = sum(1 for step in steps if has(step, "reasoning_content"))
+        record(
+            Action.ADMIN_FLOW_REASONING_READ, actor=actor, target=flow, payload={"steps_with_reasoning": held, **where}
+        )
+
+
 @transaction.atomic
 def read_flow_for_admin(
-    flow_id: uuid.UUID, *, actor: str, include_reasoning: bool = False
+    flow_id: uuid.UUID, *, actor: str, include_reasoning: bool = False, include_content: bool = False
 ) -> tuple[ReasoningFlow, list[ReasoningStep]]:
     """The flow and its steps for an operator (audited).
 
-    Raw chain-of-thought is loaded only with ``include_reasoning`` (the caller checked
-    the ``reasoning.cot.read`` scope); that read gets an audit event of its own.
+    Raw chain-of-thought is loaded only with ``include_reasoning`` (the caller checked the
+    ``reasoning.cot.read`` scope), the encrypted inputs and outputs only with
+    ``include_content`` (``reasoning.content.read``); each of those reads gets an audit event
+    of its own, naming the reader and the flow, in this transaction.
     """
     flow = ReasoningFlow.objects.filter(pk=flow_id).first()
     if flow is None:
         raise NotFound(f"flow {flow_id} does not exist")
-    hidden = ["inputs_pii", "outputs_pii"] + ([] if include_reasoning else ["reasoning_content"])
+    hidden = ([] if include_content else ["inputs_pii", "outputs_pii"]) + (
+        [] if include_reasoning else ["reasoning_content"]
+    )
     # In the order the steps began (spans arrive in any order), then as they arrived.
     steps = list(
         ReasoningStep.objects.filter(flow_id=flow_id)
@@ -50,13 +79,9 @@ def read_flow_for_admin(
         .order_by(Coalesce("started_at", "created_at"), "position")
     )
     record(Action.ADMIN_FLOW_READ, actor=actor, target=flow, payload={"step_count": len(steps)})
-    if include_reasoning:
-        record(
-            Action.ADMIN_FLOW_REASONING_READ,
-            actor=actor,
-            target=flow,
-            payload={"steps_with_reasoning": sum(1 for step in steps if step.reasoning_content)},
-        )
+    _record_sensitive_reads(
+        flow, steps, actor=actor, content=include_content, reasoning=include_reasoning, where={"via": "api"}
+    )
     return flow, steps
 
 
@@ -89,6 +114,10 @@ PAGE_STEP_FIELDS = (
     # The names of the keys held encrypted (never their values).
     "pii_fields",
 )
+
+
+# Read only with the content permission: the clear inputs and outputs and the encrypted keys.
+CONTENT_FIELDS = ("inputs", "outputs", "inputs_pii", "outputs_pii")
 
 
 STEPS_PER_PAGE = 100
@@ -137,9 +166,20 @@ class FlowStepsPage:
 
 @transaction.atomic
 def read_flow_page_for_admin(
-    flow_id: uuid.UUID, *, actor: str, page: int, per_page: int = STEPS_PER_PAGE
+    flow_id: uuid.UUID,
+    *,
+    actor: str,
+    page: int,
+    per_page: int = STEPS_PER_PAGE,
+    include_content: bool = False,
+    include_reasoning: bool = False,
 ) -> FlowStepsPage:
     """One page of a flow's steps for an operator (audited like ``read_flow_for_admin``).
+
+    With ``include_content`` (the caller checked the ``read_step_content`` permission) each step
+    also carries its ``CONTENT_FIELDS`` (the encrypted ones decrypted); with ``include_reasoning``
+    (``read_step_reasoning``) its ``reasoning_content``. Each such read is audited with the
+    page (``via: page``).
 
     Page ``n`` holds positions ``(n - 1) * per_page + 1`` to ``n * per_page`` (positions
     are contiguous from 1, so this is an index range, not an OFFSET scan). Each step
@@ -159,6 +199,8 @@ def read_flow_page_for_admin(
         .order_by("position")
         .values(
             *PAGE_STEP_FIELDS,
+            *(CONTENT_FIELDS if include_content else ()),
+            *(("reasoning_content",) if include_reasoning else ()),
             parent_position=F("parent_step__position"),
             extra_parent_positions=_EXTRA_PARENT_POSITIONS,
             input_shape=_INPUT_SHAPE,
@@ -166,6 +208,14 @@ def read_flow_page_for_admin(
         )
     )
     record(Action.ADMIN_FLOW_READ, actor=actor, target=flow, payload={"step_count": len(steps), "page": page})
+    _record_sensitive_reads(
+        flow,
+        steps,
+        actor=actor,
+        content=include_content,
+        reasoning=include_reasoning,
+        where={"via": "page", "page": page},
+    )
     return FlowStepsPage(flow=flow, steps=steps, page=page, page_count=page_count, per_page=per_page)
 
 

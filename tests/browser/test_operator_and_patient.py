@@ -436,3 +436,41 @@ def test_operator_sees_late_and_failed_close_work_in_banners(page: Page, screens
         expect(alerts.filter(has_text="failed after 10 attempts")).to_contain_text("close_work --retry-failed")
         screenshot(page, name)
         assert_no_sideways_scroll(page)
+
+
+def test_operator_shows_and_hides_a_steps_content_at_desktop_and_phone_widths(
+    page: Page, screenshot: Screenshot, page_errors: list[str]
+) -> None:
+    from audit.models import AuditEvent
+    from tests.factories import make_flow
+
+    seed_operator()  # a superuser operator: may read content (Django's rule)
+    prompt = "Zebulon asked whether the new creatinine changes his 40 mg dose, and what to watch for next."
+    flow_id = make_flow(
+        steps=[
+            {
+                "kind": "llm_prompt",
+                "agent": "researcher",
+                "summary_text": "Asked the model about the dose",
+                "model": "gpt-4o",
+                "inputs": {"prompt": prompt, "temperature": 0.2},
+                "outputs": {"completion": "Hold the increase until the renal panel is repeated."},
+                "pii_fields": ["prompt", "completion"],
+            }
+        ]
+    )
+    log_in(page, *OPERATOR)
+    for viewport, name in (({"width": 1280, "height": 800}, "flow-content"), (PHONE, "flow-content-phone")):
+        page.set_viewport_size(viewport)  # type: ignore[arg-type]
+        page.goto(f"/dashboard/admin/reasoning/{flow_id}")
+        expect(page.get_by_text(prompt)).to_have_count(0)
+        page.get_by_role("link", name="Show content").click()
+        expect(page.get_by_text(prompt)).to_be_visible()
+        expect(page.get_by_role("link", name="Hide content")).to_be_visible()
+        screenshot(page, name)
+        assert_no_sideways_scroll(page)
+        page.get_by_role("link", name="Hide content").click()
+        expect(page.get_by_text(prompt)).to_have_count(0)
+    reads = AuditEvent.objects.filter(action="admin.reasoning.flow.content_read", target_id=str(flow_id))
+    assert reads.count() == 2  # one per Show content, none for the pages that kept it hidden
+    assert page_errors == []

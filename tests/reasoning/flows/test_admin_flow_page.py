@@ -262,8 +262,9 @@ def test_timeline_shows_each_step_with_parents_and_back_refs(operator_client: Cl
     ]:
         assert facts[label].one("code").text == value
     assert recorded_at(facts["Recorded"]) == ReasoningStep.objects.get(flow_id=flow_id, position=2).created_at
-    # The count of raw reasoning, never the text.
-    assert facts["Raw reasoning"].text == f"{len(COT_SECRET)} characters (not shown here)"
+    # The count, never the text unless asked for: a superuser operator may ask (issue 41).
+    assert facts["Raw reasoning"].text == f"{len(COT_SECRET)} characters (shown with Show raw reasoning)"
+    assert COT_SECRET not in entry.text
     # Unset back-refs are left out rather than shown empty.
     assert "LLM call log" not in page.by_id("step-3").one("dl").definitions()
     assert page.by_id("step-1").one("dl").definitions()["After"].text == "the trigger (a root step)"
