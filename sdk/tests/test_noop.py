@@ -185,3 +185,32 @@ def test_enabled_false_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch
     async_recorder: BaseRecorder = AsyncReasoningFlowRecorder(enabled=False)
     assert type(recorder) is NoOpRecorder
     assert type(async_recorder) is AsyncNoOpRecorder
+
+
+@pytest.mark.parametrize(
+    ("flag", "enabled", "captures"),
+    [
+        (None, None, True),  # the quick start: a URL and a token in the code mean "record"
+        ("0", None, False),  # switched off in the environment: off, and said once
+        ("1", None, True),
+        (None, False, False),  # switched off in the code
+    ],
+)
+def test_a_recorder_given_a_url_and_a_token_captures_unless_switched_off(
+    monkeypatch: pytest.MonkeyPatch, spool_dir: Path, flag: str | None, enabled: bool | None, captures: bool
+) -> None:
+    monkeypatch.setenv("REASONING_FLOW_SPOOL_DIR", str(spool_dir))
+    if flag is None:
+        monkeypatch.delenv(CAPTURE, raising=False)
+    else:
+        monkeypatch.setenv(CAPTURE, flag)
+    options = {} if enabled is None else {"enabled": enabled}
+
+    recorder: BaseRecorder = ReasoningFlowRecorder("http://127.0.0.1:9", "sdk-test", **options)
+    async_recorder: BaseRecorder = AsyncReasoningFlowRecorder("http://127.0.0.1:9", "sdk-test", **options)
+    try:
+        assert isinstance(recorder, ReasoningFlowRecorder) is captures
+        assert isinstance(async_recorder, AsyncReasoningFlowRecorder) is captures
+    finally:
+        if isinstance(recorder, ReasoningFlowRecorder):
+            recorder.close(timeout=0.1)

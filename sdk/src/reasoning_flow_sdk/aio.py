@@ -40,7 +40,7 @@ class AsyncReasoningFlowRecorder(_Recording):
     """Records flows from asyncio code. Arguments and environment as ``ReasoningFlowRecorder``."""
 
     def __new__(cls, *args: Any, enabled: bool | None = None, **kwargs: Any) -> Any:
-        if not capture_enabled(enabled):
+        if not capture_enabled(enabled, args, kwargs):
             return AsyncNoOpRecorder()
         return super().__new__(cls)
 

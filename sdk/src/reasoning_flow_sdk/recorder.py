@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import os
 import threading
 import time
 import uuid
@@ -36,8 +37,32 @@ CAPTURE_VARIABLE = "REASONING_FLOW_CAPTURE_ENABLED"
 _SUMMARY_MEMORY = 100_000  # flows remembered for record_outcome / session_summary
 
 
-def capture_enabled(enabled: bool | None) -> bool:
-    return env_flag(CAPTURE_VARIABLE, False) if enabled is None else enabled
+def capture_enabled(enabled: bool | None, args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None) -> bool:
+    """Whether a recorder built with these arguments captures.
+
+    ``enabled`` decides when given; else ``REASONING_FLOW_CAPTURE_ENABLED`` when it is set; else
+    capture is on exactly when the code names both the server and the token
+    (``ReasoningFlowRecorder(base_url=…, token=…)``, as the quick start does): an agent that
+    passes them means to record. A recorder that names both while capture is switched off says
+    so once (``capture-off``), so "nothing arrives" is never a silent mystery.
+    """
+    given = dict(kwargs or {})
+    url = args[0] if args else given.get("base_url")
+    token = args[1] if len(args) > 1 else given.get("token")
+    named = url is not None and token is not None
+    if enabled is None:
+        if os.environ.get(CAPTURE_VARIABLE) is None:
+            return named
+        enabled = env_flag(CAPTURE_VARIABLE, False)
+    if not enabled and named:
+        warn_once(
+            "capture-off",
+            "reasoning flow capture is off (%s=%s or enabled=False): this recorder, built with a server "
+            "URL and a token, records nothing",
+            CAPTURE_VARIABLE,
+            os.environ.get(CAPTURE_VARIABLE, "unset"),
+        )
+    return enabled
 
 
 class BaseRecorder:
@@ -289,13 +314,14 @@ class ReasoningFlowRecorder(_Recording):
     """Records flows from synchronous code; a background thread sends them.
 
     ``ReasoningFlowRecorder(base_url=…, token=…, spool_dir=…)``; each falls back to
-    ``REASONING_FLOW_URL``, ``REASONING_FLOW_TOKEN``, ``REASONING_FLOW_SPOOL_DIR``. With
-    ``REASONING_FLOW_CAPTURE_ENABLED`` off (the default) and ``enabled`` not given, this is a
+    ``REASONING_FLOW_URL``, ``REASONING_FLOW_TOKEN``, ``REASONING_FLOW_SPOOL_DIR``. Whether it
+    captures: ``capture_enabled`` (``enabled``, else ``REASONING_FLOW_CAPTURE_ENABLED`` when
+    set, else on when the URL and token are passed here); when it does not, this is a
     ``NoOpRecorder``.
     """
 
     def __new__(cls, *args: Any, enabled: bool | None = None, **kwargs: Any) -> Any:
-        if not capture_enabled(enabled):
+        if not capture_enabled(enabled, args, kwargs):
             return NoOpRecorder()
         return super().__new__(cls)
 
