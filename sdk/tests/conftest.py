@@ -27,6 +27,8 @@ class Answer:
 class FakeIngest:
     url: str = ""
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    # Accepted bodies of the outcome route (POST /api/reasoning/outcomes), with their path.
+    outcomes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     script: list[Answer] = field(default_factory=list)
     hang: threading.Event | None = None  # set: requests wait until it is cleared
@@ -35,6 +37,14 @@ class FakeIngest:
     def steps(self) -> list[dict[str, Any]]:
         """Every step of every accepted body, in arrival order."""
         return [step for body in self.bodies for item in body["flows"] for step in item.get("steps", [])]
+
+
+def _recorded(body: dict[str, Any]) -> dict[str, Any]:
+    results = [
+        {"index": n, "flow_id": item.get("flow_id"), "status": "recorded", "reason": "", "errors": {}}
+        for n, item in enumerate(body["outcomes"])
+    ]
+    return {"outcomes": results, "recorded": len(results), "rejected": 0}
 
 
 def _created(body: dict[str, Any]) -> dict[str, Any]:
@@ -75,8 +85,12 @@ def ingest() -> Iterator[FakeIngest]:
                 state.times.append(time.monotonic())
                 answer = state.script.pop(0) if state.script else Answer()
                 if 200 <= answer.status < 300:
-                    state.bodies.append(body)
-            payload = json.dumps(answer.body if answer.body is not None else _created(body)).encode()
+                    if "outcomes" in body:
+                        state.outcomes.append((self.path, body))
+                    else:
+                        state.bodies.append(body)
+            default = _recorded(body) if "outcomes" in body else _created(body)
+            payload = json.dumps(answer.body if answer.body is not None else default).encode()
             self.send_response(answer.status)
             for name, value in answer.headers.items():
                 self.send_header(name, value)

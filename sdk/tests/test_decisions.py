@@ -55,17 +55,25 @@ def test_decision_returns_the_flow_id_at_once_and_records_a_one_step_flow(
     assert (flow["close"]["flow_state"], flow["close"]["outcome_type"]) == ("completed", "decision_recorded")
 
 
-def test_record_outcome_counts_once(recorder: ReasoningFlowRecorder, caplog: pytest.LogCaptureFixture) -> None:
+def test_record_outcome_counts_once_and_goes_to_the_outcome_route_after_its_flow(
+    recorder: ReasoningFlowRecorder, ingest: FakeIngest, caplog: pytest.LogCaptureFixture
+) -> None:
     flow_id = recorder.decision("triage-agent", "escalate", "Two red flags")
 
     with caplog.at_level(logging.WARNING, logger="reasoning_flow_sdk"):
         assert recorder.record_outcome(flow_id, "escalated", correct=True) is True
         assert recorder.record_outcome(flow_id, "escalated", correct=False) is False
         assert recorder.record_outcome(uuid.UUID(flow_id), "escalated", correct=False) is False
+    assert recorder.flush(timeout=10)
 
-    # The server takes no outcomes yet: the agent is told so once, not on every call.
-    assert len([r for r in caplog.records if "record_outcome" in r.getMessage()]) == 1
+    assert [item["id"] for body in ingest.bodies for item in body["flows"]] == [flow_id]
+    assert ingest.outcomes == [
+        ("/api/reasoning/outcomes", {"outcomes": [{"flow_id": flow_id, "outcome": "escalated", "correct": True}]})
+    ]
+    assert ingest.times[0] < ingest.times[-1]  # the flow's batch first, then its outcome
+    assert caplog.records == []
     assert recorder.session_summary()["correct"] == 1
+    assert (recorder.stats()["recorded_outcomes"], recorder.stats()["sent_outcomes"]) == (1, 1)
 
 
 def test_session_summary_has_the_seed_shape(recorder: ReasoningFlowRecorder) -> None:

@@ -34,6 +34,11 @@ from reasoning_flow_sdk._log import log_limited, warn_limited
 from reasoning_flow_sdk._spool import Spool, SpoolFile
 
 INGEST_PATH = "/api/reasoning/ingest"
+# Outcomes (``record_outcome``) go to the outcome batch route, in batches of their own that
+# queue, spool and retry like the flows' (a batch's body says which route it is for).
+OUTCOMES_PATH = "/api/reasoning/outcomes"
+MAX_OUTCOMES_PER_BATCH = 1000  # the outcome route's limit
+_OUTCOMES_PREFIX = b'{"outcomes":'
 MAX_FLOWS_PER_BATCH = 100  # the ingest route's limits
 BATCH_BYTES = 4 * 2**20  # well under the route's default 16 MiB
 OUTBOX_BYTES = 8 * 2**20  # batches held in memory for the network; past this, the spool
@@ -44,7 +49,7 @@ RETRY_AFTER_MAX = 60.0
 REFUSED_MEMORY = 10_000
 SPOOL_CHECK_SECONDS = 2.0  # how often an idle deliverer looks for batches other processes left
 
-# A record: ("open" | "step" | "close", flow id, fields).
+# A record: ("open" | "step" | "close" | "outcome", flow id, fields).
 Record = tuple[str, str, dict[str, Any]]
 
 
@@ -67,6 +72,8 @@ class Verdict:
     rejected_steps: int = 0
     rejected_items: int = 0
     refused: list[str] = field(default_factory=list)  # ids of the flows some piece of which was refused
+    sent_outcomes: int = 0
+    rejected_outcomes: int = 0
 
 
 @dataclass
@@ -81,6 +88,9 @@ class Stats:
     dropped: int = 0  # steps lost here: queue full, spool full, unwritable spool
     rejected: int = 0  # steps the server refused (4xx), not retried
     rejected_items: int = 0  # pieces of flows (one per flow and batch) the server refused
+    recorded_outcomes: int = 0
+    sent_outcomes: int = 0  # outcomes the server recorded (or had recorded already: a retry)
+    rejected_outcomes: int = 0  # outcomes the server refused (an active flow, a second outcome, …)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **counts: int) -> None:
@@ -123,10 +133,17 @@ def items_of(body: bytes) -> list[tuple[str, int, bool]]:
         return []
 
 
+def path_of(body: bytes) -> str:
+    """The route a batch is for: outcome batches begin ``{"outcomes":``."""
+    return OUTCOMES_PATH if body.startswith(_OUTCOMES_PREFIX) else INGEST_PATH
+
+
 def judge(status: int | None, answer: bytes, body: bytes, retry_after: str | None, steps: int) -> Verdict:
     """Classify one attempt (``status`` None: no answer)."""
     if status is None or status in RETRY_STATUSES or status >= 500:
         return Verdict(retry=True, retry_after=_seconds(retry_after))
+    if body.startswith(_OUTCOMES_PREFIX):
+        return _judge_outcomes(status, answer, body)
     items = items_of(body)
     closes = sum(1 for _, _, closing in items if closing)
     if 200 <= status < 300:
@@ -170,6 +187,45 @@ def judge(status: int | None, answer: bytes, body: bytes, retry_after: str | Non
         _short(answer[:500].decode(errors="replace")),
     )
     return Verdict(rejected_steps=steps, rejected_items=len(items), refused=[flow_id for flow_id, _, _ in items])
+
+
+def _judge_outcomes(status: int, answer: bytes, body: bytes) -> Verdict:
+    """An outcome batch's answer: each item recorded or refused. ``already_recorded`` counts as
+    delivered (a retry after a lost answer finds its own outcome stored); other refusals are
+    logged with the reason and not retried."""
+    try:
+        sent = len(json.loads(body)["outcomes"])
+    except (ValueError, KeyError, TypeError):
+        sent = 0
+    if not 200 <= status < 300:
+        warn_limited(
+            f"outcomes-http-{status}",
+            "the server refused a batch of %d outcomes with HTTP %d (not retried): %s",
+            sent,
+            status,
+            _short(answer[:500].decode(errors="replace")),
+        )
+        return Verdict(rejected_outcomes=sent)
+    try:
+        results = json.loads(answer).get("outcomes") or []
+    except (ValueError, AttributeError):
+        results = []
+    rejected = 0
+    for result in results:
+        if not isinstance(result, dict) or result.get("status") != "rejected":
+            continue
+        if result.get("reason") == "already_recorded":
+            continue
+        rejected += 1
+        log_limited(
+            logging.WARNING,
+            "rejected-outcome",
+            "the outcome of reasoning flow %s was refused by the server (%s): %s",
+            result.get("flow_id"),
+            result.get("reason"),
+            _short(result.get("errors")),
+        )
+    return Verdict(sent_outcomes=sent - rejected, rejected_outcomes=rejected)
 
 
 def _short(value: Any) -> str:
@@ -246,12 +302,19 @@ class Pipeline:
                 self.forming -= 1
 
     def _form_one(self) -> Batch | None:
+        queue = self.queue
+        if queue and queue[0][0] == "outcome":
+            outcomes: list[dict[str, Any]] = []
+            while queue and queue[0][0] == "outcome" and len(outcomes) < MAX_OUTCOMES_PER_BATCH:
+                outcomes.append(queue.popleft()[2])
+            return Batch(next_seq(), encode({"outcomes": outcomes}), 0, 0)
         items: dict[str, dict[str, Any]] = {}
         steps = size = 0
-        queue = self.queue
         limit = self.settings.batch_steps
         while queue:
             kind, flow_id, fields = queue[0]
+            if kind == "outcome":
+                break  # outcomes travel in batches of their own, after what came before them
             item = items.get(flow_id)
             if item is None and len(items) >= MAX_FLOWS_PER_BATCH:
                 break
@@ -372,6 +435,8 @@ class Pipeline:
             batches_sent=1,
             rejected=verdict.rejected_steps,
             rejected_items=verdict.rejected_items,
+            sent_outcomes=verdict.sent_outcomes,
+            rejected_outcomes=verdict.rejected_outcomes,
         )
 
     def spool_drained(self) -> None:
@@ -409,6 +474,9 @@ class Pipeline:
                     "dropped",
                     "rejected",
                     "rejected_items",
+                    "recorded_outcomes",
+                    "sent_outcomes",
+                    "rejected_outcomes",
                 )
             }
         counts.update(queued=len(self.queue), spool_files=files, spool_bytes=size)

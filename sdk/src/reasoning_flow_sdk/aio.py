@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from reasoning_flow_sdk._core import INGEST_PATH, SPOOL_CHECK_SECONDS, Batch, Record, Verdict, backoff, judge
+from reasoning_flow_sdk._core import SPOOL_CHECK_SECONDS, Batch, Record, Verdict, backoff, judge, path_of
 from reasoning_flow_sdk._log import log_limited, logger
 from reasoning_flow_sdk._spool import SpoolFile
 from reasoning_flow_sdk.recorder import NoOpRecorder, _live, _Recording, capture_enabled
@@ -233,7 +233,7 @@ class AsyncReasoningFlowRecorder(_Recording):
                 self._client = httpx.AsyncClient(
                     base_url=self.settings.base_url or "", headers=self._headers(), timeout=self.settings.timeout
                 )
-            response = await self._client.post(INGEST_PATH, content=body)
+            response = await self._client.post(path_of(body), content=body)
         except Exception as error:
             log_limited(
                 logging.WARNING, "unreachable", "reasoning flow server unreachable (%s): spooling", type(error).__name__

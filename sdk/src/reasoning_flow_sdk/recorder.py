@@ -20,7 +20,6 @@ import httpx
 from reasoning_flow_sdk import _turn
 from reasoning_flow_sdk._config import Settings, env_flag
 from reasoning_flow_sdk._core import (
-    INGEST_PATH,
     SPOOL_CHECK_SECONDS,
     Batch,
     Pipeline,
@@ -28,6 +27,7 @@ from reasoning_flow_sdk._core import (
     Verdict,
     backoff,
     judge,
+    path_of,
 )
 from reasoning_flow_sdk._flow import Flow, _now
 from reasoning_flow_sdk._log import log_limited, logger, warn_limited, warn_once
@@ -138,16 +138,14 @@ class BaseRecorder:
         return flow.id
 
     def record_outcome(self, flow_id: str | uuid.UUID, outcome: str, correct: bool | None = None) -> bool:
-        """The observed outcome of a flow this process recorded, once: True the first time (False
-        after, and for a flow this process did not record or no longer remembers).
+        """The observed outcome of a closed flow this process recorded, once: True the first time
+        (False after, and for a flow this process did not record or no longer remembers).
 
-        The server has no outcome route yet: the outcome is kept in this process's
-        ``session_summary()`` only, and a log line says so once."""
-        warn_once(
-            "outcome-route",
-            "record_outcome: the server does not take outcomes yet; this outcome is kept in "
-            "session_summary() of this process only",
-        )
+        ``outcome`` is a label or one line of plain text (≤ 280 characters, checked by the
+        server's summary guard); ``correct`` is true, false or None (not known). It is sent to
+        ``POST /api/reasoning/outcomes`` behind the flow's own records, queued, spooled and
+        retried like them, so the server's session accuracy and drift count it; it is also kept
+        in this process's ``session_summary()``. The server records a flow's outcome once."""
         key = str(flow_id)
         with self._summary_lock:
             if key not in self._decisions:
@@ -156,7 +154,11 @@ class BaseRecorder:
             if key in self._outcomes:
                 return False
             self._outcomes[key] = correct
-            return True
+        try:
+            self._record(("outcome", key, {"flow_id": key, "outcome": outcome, "correct": correct}))
+        except Exception:
+            logger.exception("could not record an outcome")
+        return True
 
     def session_summary(self) -> dict[str, Any]:
         """What this process recorded, in the shape of seed 002's session summary."""
@@ -273,6 +275,8 @@ class _Recording(BaseRecorder):
             with stats.lock:
                 if kind == "step":
                     stats.recorded_steps += 1
+                elif kind == "outcome":
+                    stats.recorded_outcomes += 1
                 else:
                     stats.recorded_flows += 1
         if self._pipeline.put(record) and len(self._pipeline.queue) >= self.settings.batch_steps:
@@ -486,7 +490,7 @@ class ReasoningFlowRecorder(_Recording):
                 self._client = httpx.Client(
                     base_url=self.settings.base_url or "", headers=self._headers(), timeout=self.settings.timeout
                 )
-            response = self._client.post(INGEST_PATH, content=body)
+            response = self._client.post(path_of(body), content=body)
         except Exception as error:
             log_limited(
                 logging.WARNING, "unreachable", "reasoning flow server unreachable (%s): spooling", type(error).__name__
