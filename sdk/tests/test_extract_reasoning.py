@@ -192,6 +192,9 @@ class Queued(BaseRecorder):
         self.records.append(record)
 
     def steps(self) -> list[dict[str, Any]]:
+        """The step records queued so far, the newest (held back until the flow's next record or a
+        flush) included, as a flush would send them."""
+        self._release_held()
         return [fields for kind, _, fields in self.records if kind == "step"]
 
 

@@ -234,3 +234,16 @@ def test_a_later_recorder_delivers_what_an_exited_process_spooled(
     assert ReasoningFlow.objects.filter(trigger_ref__startswith="sdk/left/", flow_state="completed").count() == 30
     assert ReasoningStep.objects.count() == 60
     assert not any(spool_dir.glob("*.json"))
+
+
+def test_a_step_timed_by_its_with_block_reaches_the_waterfall(recorder_for: Recorder) -> None:
+    recorder = recorder_for()
+    with recorder.flow("user_question", "sdk/timed", agent="researcher") as flow:
+        with flow.step("tool_call", "Called the lab service"):
+            time.sleep(0.1)
+        flow.step("verdict", "Reached a verdict")
+    assert recorder.flush(timeout=30)
+
+    stored = dict(ReasoningStep.objects.filter(flow_id=flow.id).values_list("summary_text", "latency_ms"))
+    assert stored["Called the lab service"] is not None and stored["Called the lab service"] >= 100
+    assert stored["Reached a verdict"] is None

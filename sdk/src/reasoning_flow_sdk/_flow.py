@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -45,12 +48,21 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+@dataclass
+class _Held:
+    step_id: str
+    record: dict[str, Any]
+    began: float  # time.monotonic() when the step was recorded
+    timing: bool = False  # inside its ``with`` block
+
+
 def _id_of(parent: Step | str | uuid.UUID) -> str:
     return parent.id if isinstance(parent, Step) else str(parent)
 
 
 class Step:
-    """A recorded step. ``with flow.step(...) as s:`` scopes children: ``s.step(...)``."""
+    """A recorded step. ``with flow.step(...) as s:`` times its block into ``latency_ms`` (unless
+    given) and scopes children: ``s.step(...)``."""
 
     __slots__ = ("flow", "id", "kind")
 
@@ -67,10 +79,11 @@ class Step:
         return self.flow.llm_step(response, parent=self, **fields)
 
     def __enter__(self) -> Step:
+        self.flow._timing(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        self.flow._timed(self)
 
     def __repr__(self) -> str:
         return f"<Step {self.kind} {self.id}>"
@@ -89,11 +102,18 @@ class Flow:
         *,
         emit: Callable[[Any], None],
         on_close: Callable[[Flow, Mapping[str, Any]], None],
+        on_hold: Callable[[Flow], None] = lambda flow: None,
     ) -> None:
         self.recorder = recorder
-        # What the recorder gave this flow to report with: each record, and its close.
+        # What the recorder gave this flow to report with: each record, its close, and a step held back.
         self._emit = emit
         self._on_close = on_close
+        self._on_hold = on_hold
+        # The newest step, held back until the flow records anything else, the recorder's batcher
+        # takes it (a plain step: within ``flush_interval``) or a flush: when it is a ``with``
+        # block's (``timing``), the block's end sends it with the block's duration.
+        self._held: _Held | None = None
+        self._hold_lock = threading.Lock()
         self.id = flow_id
         self.trace_id: str = fields["trace_id"]
         self.agent: str | None = fields.get("agent") or None
@@ -143,10 +163,43 @@ class Flow:
             if extra:
                 record["extra_parent_ids"] = extra
             self.step_count += 1
-            self._emit(("step", self.id, record))
+            self.release()
+            with self._hold_lock:
+                self._held = _Held(sid, record, time.monotonic())
+            self._on_hold(self)
         except Exception:  # never raise into the agent
             logger.exception("could not record a reasoning step")
         return Step(self, sid, kind)
+
+    def release(self, *, untimed_only: bool = False) -> bool:
+        """Record the step held back, as it is; with ``untimed_only``, only one outside a ``with``
+        block. True when a step is still held."""
+        with self._hold_lock:
+            held = self._held
+            if held is None or (untimed_only and held.timing):
+                return held is not None
+            self._held = None
+        self._emit(("step", self.id, held.record))
+        return False
+
+    def _timing(self, step: Step) -> None:
+        with self._hold_lock:
+            if self._held is not None and self._held.step_id == step.id:
+                self._held.timing = True
+
+    def _timed(self, step: Step) -> None:
+        """The end of ``step``'s ``with`` block: when it is still held back (nothing else was
+        recorded in the block), it leaves now with the block's duration as ``latency_ms``."""
+        try:
+            with self._hold_lock:
+                held = self._held
+                if held is None or held.step_id != step.id:
+                    return
+                self._held = None
+            held.record.setdefault("latency_ms", round((time.monotonic() - held.began) * 1000))
+            self._emit(("step", self.id, held.record))
+        except Exception:
+            logger.exception("could not record a reasoning step's duration")
 
     def llm_step(
         self,
@@ -210,6 +263,7 @@ class Flow:
             if self.closed:
                 return
             self.closed = True
+            self.release()
             close["ended_at"] = _now()
             self._emit(("close", self.id, close))
             self._on_close(self, close)

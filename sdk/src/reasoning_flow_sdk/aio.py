@@ -86,6 +86,7 @@ class AsyncReasoningFlowRecorder(_Recording):
     # --- flush and close -----------------------------------------------------------------
     async def flush(self, timeout: float = 5.0) -> bool:
         try:
+            self._release_held()
             if self._loop is None:
                 self._start()
             deadline = time.monotonic() + max(timeout, 0.0)
@@ -106,6 +107,7 @@ class AsyncReasoningFlowRecorder(_Recording):
         if self._closed:
             return self._pipeline.idle()
         try:
+            self._release_held()
             delivered = False if self._pipeline.attempt > 0 else await self.flush(timeout)
             self._closed = True
             if self._stopping is not None:
@@ -126,6 +128,7 @@ class AsyncReasoningFlowRecorder(_Recording):
 
     def _at_exit(self) -> None:
         # No loop to await at interpreter exit: what is in memory goes to the spool.
+        self._release_held()
         self._closed = True
         self._pipeline.spill_everything()
 
@@ -149,6 +152,7 @@ class AsyncReasoningFlowRecorder(_Recording):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.settings.flush_interval)
             self._wake.clear()
             try:
+                self._release_held(untimed_only=True)
                 if pipeline.queue:
                     batches = pipeline.form_batches()
                     if batches:

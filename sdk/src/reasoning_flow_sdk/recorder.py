@@ -73,6 +73,10 @@ class BaseRecorder:
         self._outcomes: dict[str, bool | None] = {}
         self._by_type: dict[str, int] = {}
         self._summary_lock = threading.Lock()
+        # Flows holding a step back (``Flow.release``): the batcher sends the plain ones, flush and
+        # close all of them. Held strongly: a flow the agent dropped still delivers its step.
+        self._holding: set[Flow] = set()
+        self._holding_lock = threading.Lock()
 
     # --- recording -----------------------------------------------------------------------
     def flow(
@@ -182,7 +186,21 @@ class BaseRecorder:
         return False
 
     def _new_flow(self, fields: dict[str, Any], flow_id: str) -> Flow:
-        return Flow(self, fields, flow_id, emit=self._record, on_close=self._flow_closed)
+        return Flow(self, fields, flow_id, emit=self._record, on_close=self._flow_closed, on_hold=self._hold)
+
+    def _hold(self, flow: Flow) -> None:
+        with self._holding_lock:
+            self._holding.add(flow)
+
+    def _release_held(self, *, untimed_only: bool = False) -> None:
+        """The steps held back by this recorder's flows go into the queue now (with
+        ``untimed_only``, all but those inside a ``with`` block)."""
+        with self._holding_lock:
+            flows = list(self._holding)
+        for flow in flows:
+            if not flow.release(untimed_only=untimed_only):
+                with self._holding_lock:
+                    self._holding.discard(flow)
 
     # --- what subclasses implement -------------------------------------------------------
     def _record(self, record: Record) -> None:
@@ -222,6 +240,9 @@ class NoOpRecorder(BaseRecorder):
 
     def _record(self, record: Record) -> None:
         return None
+
+    def _hold(self, flow: Flow) -> None:
+        return None  # nothing is sent: nothing to remember
 
     def stats(self) -> dict[str, int]:
         return {
@@ -358,6 +379,7 @@ class ReasoningFlowRecorder(_Recording):
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait up to ``timeout`` seconds for everything recorded to reach the server; True if it did."""
         try:
+            self._release_held()
             deadline = time.monotonic() + max(timeout, 0.0)
             self._wake.set()
             while not self._pipeline.idle():
@@ -379,6 +401,7 @@ class ReasoningFlowRecorder(_Recording):
         try:
             started = time.monotonic()
             # While the server is known to be down, waiting for it only delays the exit: spool.
+            self._release_held()
             delivered = False if self._pipeline.attempt > 0 else self.flush(timeout)
             self._closed = True
             self._stopping.set()
@@ -411,6 +434,7 @@ class ReasoningFlowRecorder(_Recording):
             self._wake.wait(self.settings.flush_interval)
             self._wake.clear()
             try:
+                self._release_held(untimed_only=True)
                 if pipeline.queue:
                     batches = pipeline.form_batches()
                     if batches and pipeline.accept(batches):
