@@ -228,7 +228,11 @@ TEMPLATES = [
                 "reasoning.health.operator_banners",
             ],
             # core/ is a plain package, not an app: its template tags are registered here.
-            "libraries": {"durations": "core.templatetags.durations", "labels": "core.templatetags.labels"},
+            "libraries": {
+                "durations": "core.templatetags.durations",
+                "labels": "core.templatetags.labels",
+                "numbers": "core.templatetags.numbers",
+            },
         },
     },
 ]

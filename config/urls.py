@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.staticfiles.storage import staticfiles_storage
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
@@ -12,6 +13,8 @@ from reasoning.health import healthz
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    # Browsers ask for /favicon.ico whatever the page says: send them to the icon.
+    path("favicon.ico", RedirectView.as_view(url=staticfiles_storage.url("favicon.svg"), permanent=True)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's init script as a file (?script): no inline script under the CSP.
     path(

@@ -88,6 +88,19 @@ def percent(value: float) -> str:
     return f"{round(value, 1):g} %"
 
 
+def share(value: float) -> str:
+    """A share of a whole, in percent, for reading rather than for an axis: whole percents from 1 %
+    ("17 %"), one decimal below ("0.3 %": 4 aborts in 1,448 flows), and a share that is not zero
+    never reads "0 %" ("<0.1 %": 1 in 10,000)."""
+    if value == 0:
+        return "0 %"
+    if abs(value) < 0.1:
+        return "<0.1 %"
+    if abs(value) < 1:
+        return f"{round(value, 1):g} %"
+    return f"{round(value):d} %"
+
+
 DURATION_UNITS = ((1.0, 0.001, "ms"), (120.0, 1.0, "s"), (7200.0, 60.0, "min"), (math.inf, 3600.0, "h"))
 
 

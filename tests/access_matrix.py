@@ -125,6 +125,7 @@ BACK = "an operator's form: done, back to the page (htmx gets the panel)"
 ROWS: tuple[Row, ...] = (
     # --- Public ---------------------------------------------------------------------------
     Row("GET", "/healthz", everyone(200)),
+    Row("GET", "/favicon.ico", everyone(301), note="to the icon under /static/"),
     Row("GET", "/api/schema/", everyone(200)),
     Row("GET", "/api/docs/", everyone(200)),
     Row("GET", "/audit/v1/checkpoint", everyone(200)),

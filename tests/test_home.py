@@ -45,3 +45,25 @@ def test_a_malformed_flow_id_is_the_flow_not_found_page(operator_client: Client)
 
     assert response.status_code == 404
     assert "Flow not found" in response.content.decode()
+
+
+def test_the_favicon_is_served_not_a_404() -> None:
+    from django.contrib.staticfiles import finders
+
+    response = Client().get("/favicon.ico")
+
+    assert (response.status_code, response["Location"]) == (301, "/static/favicon.svg")
+    found = finders.find("favicon.svg")
+    assert isinstance(found, str) and open(found).read().startswith("<svg")
+
+
+def test_the_operator_nav_reaches_every_operator_page_and_the_flow_list_sits_under_the_dashboard(
+    operator_client: Client,
+) -> None:
+    from tests.html import doc
+
+    page = doc(operator_client.get("/dashboard/admin/reasoning/flows"))
+
+    nav = [a.text for a in page.one("nav").select("a")]
+    assert nav == ["Dashboard", "Research Console", "Flows", "Agents", "Pathway library", "Evaluation", "Admin"]
+    assert page.select("p", "muted")[0].text == "Dashboard / Flows"

@@ -177,7 +177,7 @@ def _durations(days: Sequence[Day]) -> Panel:
 
 
 def _rate(value: float | None) -> str:
-    return "—" if value is None else svg.percent(value)
+    return "—" if value is None else svg.share(value)
 
 
 def _rates(agents: Sequence[AgentFlows], since: datetime) -> Panel:

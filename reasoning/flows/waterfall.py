@@ -5,7 +5,8 @@
 and returns rows in SVG user units (``WIDTH`` wide; the drawing scales to its panel):
 
 * the time axis runs from the flow's start (``created_at``) to its end (``closed_at``, or now
-  while it is open), stretched to cover the latest step end; ticks at quarters;
+  while it is open), stretched to cover the latest step end, and on to the next nice tick
+  (``core.svg.duration_ticks``: one unit, distinct labels);
 * a step starts at its ``started_at`` (else when it was recorded) and lasts ``latency_ms``;
   a step without a latency is a tick mark (``instant``), not a guess;
 * rows are in tree order: each step under its parent (indented by depth), siblings in start
@@ -19,8 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from core.svg import Scale
-from core.templatetags.durations import format_duration
+from core.svg import Scale, duration_ticks
 
 WIDTH = 1000  # SVG user units
 LABEL_WIDTH = 260  # the left column: #position kind
@@ -78,7 +78,10 @@ def layout(created_at: datetime, ended_at: datetime, steps: Sequence[dict[str, A
     starts = {step["position"]: _start_ms(step, created_at) for step in steps}
     ends = [starts[step["position"]] + (step["latency_ms"] or 0) for step in steps]
     total_ms = max([(ended_at - created_at).total_seconds() * 1000, *ends, 1.0])
-    x = Scale(0.0, total_ms, LABEL_WIDTH, WIDTH - 16)
+    # Nice ticks in one unit (0, 0.5, 1, 1.5 ms; 0, 1, 2 s), each label its own: the axis ends on
+    # the last tick, at or past the flow's end.
+    values, label = duration_ticks(total_ms / 1000)
+    x = Scale(0.0, values[-1] * 1000, LABEL_WIDTH, WIDTH - 16)
 
     bars = []
     for row, (step, depth) in enumerate(_tree_order(steps, starts)):
@@ -96,7 +99,7 @@ def layout(created_at: datetime, ended_at: datetime, steps: Sequence[dict[str, A
                 merge=bool(step["extra_parent_positions"]),
             )
         )
-    ticks = [Tick(x(total_ms * quarter / 4), format_duration(total_ms * quarter / 4 / 1000)) for quarter in range(5)]
+    ticks = [Tick(x(seconds * 1000), label(seconds)) for seconds in values]
     return Waterfall(bars, ticks, total_ms, AXIS_HEIGHT + len(bars) * ROW_HEIGHT + 8)
 
 

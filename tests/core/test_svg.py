@@ -66,3 +66,13 @@ def test_graph_edges_leave_and_arrive_heading_down_or_run_in_right_angles() -> N
     assert svg.s_curve(10, 0, 50, 40) == "C10,20 50,20 50,40"
     assert svg.elbow(100, 20, 140, 90.5, 200) == "M100,20 H140 V200 H90.5"
     assert svg.points([(1.04, 2), (3, 4.56)]) == "1,2 3,4.6"
+
+
+def test_a_share_that_is_not_zero_never_reads_zero() -> None:
+    assert [svg.share(100 * n / d) for n, d in ((0, 5), (1, 10_000), (4, 1448), (1, 6), (1, 1))] == [
+        "0 %",
+        "<0.1 %",
+        "0.3 %",
+        "17 %",
+        "100 %",
+    ]
