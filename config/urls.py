@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.contrib.staticfiles.storage import staticfiles_storage
 from django.contrib.auth import views as auth_views
+from django.contrib.staticfiles.storage import staticfiles_storage
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView

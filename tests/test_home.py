@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from django.test import Client
 from django.urls import resolve
@@ -54,7 +56,7 @@ def test_the_favicon_is_served_not_a_404() -> None:
 
     assert (response.status_code, response["Location"]) == (301, "/static/favicon.svg")
     found = finders.find("favicon.svg")
-    assert isinstance(found, str) and open(found).read().startswith("<svg")
+    assert isinstance(found, str) and Path(found).read_text().startswith("<svg")
 
 
 def test_the_operator_nav_reaches_every_operator_page_and_the_flow_list_sits_under_the_dashboard(

@@ -244,6 +244,6 @@ def test_a_step_timed_by_its_with_block_reaches_the_waterfall(recorder_for: Reco
         flow.step("verdict", "Reached a verdict")
     assert recorder.flush(timeout=30)
 
-    stored = dict(ReasoningStep.objects.filter(flow_id=flow.id).values_list("summary_text", "latency_ms"))
+    stored = dict(ReasoningStep.objects.filter(flow_id=uuid.UUID(flow.id)).values_list("summary_text", "latency_ms"))
     assert stored["Called the lab service"] is not None and stored["Called the lab service"] >= 100
     assert stored["Reached a verdict"] is None
