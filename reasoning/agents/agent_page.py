@@ -174,6 +174,12 @@ def signal_rows(report: DriftReport, thresholds: Mapping[str, Sequence[float]]) 
 class SessionRow:
     summary: SessionSummary
     drift_level: str  # "" when the drift job has not judged it (yet)
+    agent: str
+
+    @property
+    def decisions(self) -> int:
+        """This agent's decisions in the session (the session may hold other agents' too)."""
+        return self.summary.agent_decisions.get(self.agent, 0)
 
     @property
     def pill(self) -> str:
@@ -240,7 +246,7 @@ def agent_page(request: HttpRequest, agent: str) -> HttpResponse:
             "session_id", "level"
         )
     )
-    sessions = [SessionRow(summary, levels.get(summary.session_id, "")) for summary in summaries]
+    sessions = [SessionRow(summary, levels.get(summary.session_id, ""), name) for summary in summaries]
 
     since_raw = request.GET.get("since", "").strip()
     since: datetime | None = None

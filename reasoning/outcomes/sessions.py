@@ -25,7 +25,7 @@ import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -54,6 +54,8 @@ class SessionSummary:
     last_at: datetime
     mean_confidence: float | None
     escalations: int
+    # Each agent's decisions in the session (a session may hold several agents' flows).
+    agent_decisions: dict[str, int] = field(default_factory=dict)
 
     @property
     def accuracy(self) -> float | None:
@@ -92,7 +94,7 @@ flow AS (
      WHERE f.session_id <> ''
 ),
 by_agent AS (
-    SELECT session_id, jsonb_agg(agent ORDER BY n DESC, agent) AS agents
+    SELECT session_id, jsonb_agg(agent ORDER BY n DESC, agent) AS agents, jsonb_object_agg(agent, n) AS per_agent
       FROM (SELECT session_id, agent, count(*) AS n FROM flow WHERE agent <> '' GROUP BY 1, 2) counted
      GROUP BY 1
 ),
@@ -111,7 +113,8 @@ SELECT flow.session_id,
        avg(flow.outcome_confidence),
        count(*) FILTER (WHERE flow.escalated),
        (SELECT agents FROM by_agent WHERE by_agent.session_id = flow.session_id),
-       (SELECT decision_types FROM by_type WHERE by_type.session_id = flow.session_id)
+       (SELECT decision_types FROM by_type WHERE by_type.session_id = flow.session_id),
+       (SELECT per_agent FROM by_agent WHERE by_agent.session_id = flow.session_id)
   FROM flow
  GROUP BY flow.session_id
  ORDER BY max(flow.created_at) DESC, flow.session_id DESC
@@ -156,6 +159,7 @@ def _summaries(chosen: str, params: Mapping[str, Any]) -> list[SessionSummary]:
                 last_at=last_at,
                 mean_confidence=None if mean is None else float(mean),
                 escalations=escalations,
+                agent_decisions=dict(_json(row[11]) or {}),
             )
         )
     return summaries

@@ -330,6 +330,18 @@ def test_sessions_come_newest_first_with_their_numbers_and_drift_level(operator_
     assert first.one("a").attrs["href"] == "/dashboard/admin/reasoning/flows?session_id=a-1"
 
 
+def test_a_shared_sessions_row_counts_the_agents_own_decisions_of_the_sessions(operator_client: Client) -> None:
+    # Found on the demo: a session shared by several agents showed all of its decisions (1,333) on
+    # an agent with 369 in all.
+    plant("shared-1", confidence=0.9, correct=True)
+    for _ in range(3):
+        plant("shared-1", agent="beta")
+
+    (row,) = session_rows(page(operator_client)).values()
+
+    assert cell(row, "decisions") == "1 of 4"
+
+
 def test_sessions_page_on(operator_client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(agent_page, "SESSIONS_PER_PAGE", 2)
     for number in range(5):
