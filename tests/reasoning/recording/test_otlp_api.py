@@ -845,3 +845,40 @@ def test_a_chain_sent_child_first_is_stored_parents_first(agent: APIClient) -> N
     assert [span_id for span_id, _, _ in steps] == ids
     positions = {step_id: n for n, (_, _, step_id) in enumerate(steps)}
     assert all(parent is None or positions[parent] < n for n, (_, parent, _) in enumerate(steps))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_readmes_trace_makes_a_flow_with_its_agent_named(live_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The README's "Try it" trace, as printed: the dashboard and the agents page must not see a
+    # "(no agent)" flow (reported against an earlier main: agent "—" on the flow).
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from reasoning.tokens import create_api_token
+
+    _, raw = create_api_token(name="readme-agent", scopes=["reasoning.write"], actor="system:test")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{live_server.url}/v1/traces")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"Authorization=Bearer%20{raw}")
+    provider = TracerProvider(resource=Resource.create({"service.name": "triage-agent"}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    tracer = provider.get_tracer("try-it")
+    with (
+        tracer.start_as_current_span("invoke_agent triage", attributes={"gen_ai.operation.name": "invoke_agent"}),
+        tracer.start_as_current_span(
+            "chat gpt-4o",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "gpt-4o",
+                "gen_ai.usage.input_tokens": 120,
+                "gen_ai.usage.output_tokens": 30,
+            },
+        ),
+    ):
+        pass
+    provider.shutdown()
+
+    flow = ReasoningFlow.objects.get(trigger_type="invoke_agent")
+    assert (flow.agent, flow.flow_state) == ("triage", "completed")
+    assert list(ReasoningStep.objects.filter(flow=flow).values_list("kind", "agent")) == [("llm_prompt", "triage")]
