@@ -316,6 +316,14 @@ ROWS: tuple[Row, ...] = (
     Row("POST", "/accounts/logout/", everyone(LOGIN_REDIRECT), body={}, content_type="form", note="logs a session out"),
     # --- Operator pages ---------------------------------------------------------------------
     Row("GET", "/dashboard/admin/reasoning/", operator_page()),
+    Row("GET", "/dashboard/admin/reasoning/sessions", operator_page()),
+    Row(
+        "GET",
+        "/dashboard/admin/reasoning/sessions/{session}",
+        operator_page(),
+        shown="/dashboard/admin/reasoning/sessions/{session_id}",
+        note="the session's decisions (`admin.reasoning.session.replay_read`)",
+    ),
     Row("GET", "/dashboard/admin/reasoning/agents", operator_page()),
     Row(
         "GET",

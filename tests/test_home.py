@@ -67,5 +67,14 @@ def test_the_operator_nav_reaches_every_operator_page_and_the_flow_list_sits_und
     page = doc(operator_client.get("/dashboard/admin/reasoning/flows"))
 
     nav = [a.text for a in page.one("nav").select("a")]
-    assert nav == ["Dashboard", "Research Console", "Flows", "Agents", "Pathway library", "Evaluation", "Admin"]
+    assert nav == [
+        "Dashboard",
+        "Research Console",
+        "Flows",
+        "Sessions",
+        "Agents",
+        "Pathway library",
+        "Evaluation",
+        "Admin",
+    ]
     assert page.select("p", "muted")[0].text == "Dashboard / Flows"

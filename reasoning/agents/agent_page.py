@@ -36,7 +36,8 @@ from core.access import operator_required
 from core.actors import actor_for
 from core.errors import InvalidInput
 from reasoning.agents import drift, queries, review, services
-from reasoning.agents.list_page import PILLS, AgentRow, agent_rows
+from reasoning.agents.drift import level_label, pill
+from reasoning.agents.list_page import AgentRow, agent_rows
 from reasoning.agents.routes import parse_agent
 from reasoning.models import DriftReport
 from reasoning.outcomes.sessions import SessionPage, SessionSummary
@@ -58,14 +59,6 @@ SIGNAL_LABELS: dict[str, tuple[str, str]] = {
 }
 PERCENT_SIGNALS = frozenset({"escalation_rate", "accuracy"})
 CHANGE_WORDS = {"down": "fall", "up": "rise", "either": "change", "absolute": "distance"}
-
-
-def level_label(level: str) -> str:
-    return level.replace("_", " ")
-
-
-def pill(level: str) -> str:
-    return PILLS.get(level, "pill-neutral")
 
 
 def _format(signal: str, value: float | None) -> str:

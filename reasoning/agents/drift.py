@@ -270,3 +270,23 @@ def judge_agent(
         for index, session in enumerate(ordered)
         if only is None or session.session_id in only
     ]
+
+
+# --- How a level reads on a page ---------------------------------------------------------
+
+# The drift level's pill (site.css); a level that judges nothing gets the neutral one.
+PILLS = {
+    "normal": "pill-healthy",
+    "watch": "pill-warn",
+    "alert": "pill-critical",
+    "investigate": "pill-critical",
+    "insufficient_baseline": "pill-neutral",
+}
+
+
+def level_label(level: str) -> str:
+    return level.replace("_", " ")
+
+
+def pill(level: str) -> str:
+    return PILLS.get(level, "pill-neutral")

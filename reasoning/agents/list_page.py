@@ -22,20 +22,12 @@ from django.views.decorators.http import require_safe
 from core import svg
 from core.access import operator_required
 from reasoning.agents import queries
+from reasoning.agents.drift import pill
 
 SPARK_SESSIONS = 20
 SPARK_WIDTH = 120
 SPARK_HEIGHT = 32
 SPARK_PAD = 3  # keeps a value of 0 or 1 (and its stroke) inside the box
-
-# The drift level's pill (site.css); a level that judges nothing gets the neutral one.
-PILLS = {
-    "normal": "pill-healthy",
-    "watch": "pill-warn",
-    "alert": "pill-critical",
-    "investigate": "pill-critical",
-    "insufficient_baseline": "pill-neutral",
-}
 
 
 @dataclass(frozen=True)
@@ -66,7 +58,7 @@ class AgentRow:
 
     @property
     def pill(self) -> str:
-        return PILLS.get(self.drift_level, "pill-neutral")
+        return pill(self.drift_level)
 
     @property
     def drift_label(self) -> str:
