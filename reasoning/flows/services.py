@@ -40,7 +40,7 @@ def _record_sensitive_reads(
     where: dict[str, Any],
 ) -> None:
     """The audit events of a read of decrypted content and of raw reasoning: who read which flow,
-    how many steps held any, and where (``via``: api, page, turn; the page number)."""
+    how many steps held any, and where when not the flow route (``via``: page, turn; the page)."""
 
     def has(step: Any, name: str) -> bool:
         return bool(step[name] if isinstance(step, dict) else getattr(step, name))
@@ -80,7 +80,7 @@ def read_flow_for_admin(
     )
     record(Action.ADMIN_FLOW_READ, actor=actor, target=flow, payload={"step_count": len(steps)})
     _record_sensitive_reads(
-        flow, steps, actor=actor, content=include_content, reasoning=include_reasoning, where={"via": "api"}
+        flow, steps, actor=actor, content=include_content, reasoning=include_reasoning, where={}
     )
     return flow, steps
 

@@ -96,7 +96,7 @@ def test_the_route_shows_content_to_a_token_allowed_to_read_it_and_audits_the_re
     assert "reasoning_content" not in step
     (event,) = events(CONTENT_READ, flow_id)
     assert event.actor == "token:incident-desk"
-    assert event.payload == {"steps_with_content": 1, "via": "api"}
+    assert event.payload == {"steps_with_content": 1}
     assert PROMPT not in audit_trail_text() and COMPLETION not in audit_trail_text()
 
 
