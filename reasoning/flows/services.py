@@ -79,9 +79,7 @@ def read_flow_for_admin(
         .order_by(Coalesce("started_at", "created_at"), "position")
     )
     record(Action.ADMIN_FLOW_READ, actor=actor, target=flow, payload={"step_count": len(steps)})
-    _record_sensitive_reads(
-        flow, steps, actor=actor, content=include_content, reasoning=include_reasoning, where={}
-    )
+    _record_sensitive_reads(flow, steps, actor=actor, content=include_content, reasoning=include_reasoning, where={})
     return flow, steps
 
 
