@@ -65,9 +65,14 @@ FLOW_LIST_PARAMETERS = [
     OpenApiParameter(
         "q",
         _TEXT,
-        description="Free text: a prefix of the trace id or the trigger ref, or a flow id (whole, or its first "
-        "hex digits as the flow list shows them).",
-        examples=[OpenApiExample("A benchmark run", value="benchmark/run-7/")],
+        description="Free text: words found in the trigger summary, the trigger ref or a step's summary (all of "
+        'them; English stemming; "a phrase" and -word work), a prefix of the trace id or the trigger ref, or a '
+        "flow id (whole, or its first hex digits as the flow list shows them). Plain-text fields only: never "
+        "encrypted content.",
+        examples=[
+            OpenApiExample("Words", value="lab results"),
+            OpenApiExample("A benchmark run", value="benchmark/run-7/"),
+        ],
     ),
     OpenApiParameter("outcome_type", _LABEL, description="Only flows closed with this outcome type."),
     OpenApiParameter(

@@ -28,6 +28,7 @@ from typing import Any
 
 from django.db.models import (
     Aggregate,
+    BooleanField,
     Count,
     DurationField,
     Exists,
@@ -39,6 +40,7 @@ from django.db.models import (
     QuerySet,
     Value,
 )
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Extract
 from django.utils import timezone
 
@@ -85,6 +87,17 @@ class _Percentile(Aggregate):
 
     def __init__(self, expression: str, fraction: float) -> None:
         super().__init__(expression, fraction=float(fraction))
+
+
+# The word search of ``q`` (websearch syntax: words, "a phrase", -not), over plain-text fields
+# only; each side matches its GIN expression index (migration 0022).
+_WORD = re.compile(r"\w")
+_WORDS = (
+    "(to_tsvector('english', reasoning_flow.trigger_summary || ' ' || reasoning_flow.trigger_ref)"
+    " @@ websearch_to_tsquery('english', %s)"
+    " OR reasoning_flow.id IN (SELECT s.flow_id FROM reasoning_step s"
+    " WHERE to_tsvector('english', s.summary_text) @@ websearch_to_tsquery('english', %s)))"
+)
 
 
 @dataclass(frozen=True)
@@ -195,8 +208,13 @@ class FlowSearch:
         return flows
 
     def _text_match(self) -> Q:
-        """Prefix of the trace id or trigger ref; a whole UUID (or its prefix) of the flow id."""
+        """Every word of ``q`` in the flow's trigger summary and ref or in one of its steps'
+        summaries (full-text, English stemming: indexes reasoning_flow_words and
+        reasoning_step_words); or a prefix of the trace id or trigger ref; or a whole UUID (or its
+        prefix) of the flow id."""
         match = Q(trace_id__startswith=self.q) | Q(trigger_ref__startswith=self.q)
+        if _WORD.search(self.q):
+            match |= Q(RawSQL(_WORDS, [self.q, self.q], output_field=BooleanField()))  # noqa: S611 (a constant statement; q is a parameter)
         compact = self.q.replace("-", "").lower()
         if re.fullmatch(r"[0-9a-f]{32}", compact):
             match |= Q(id=uuid.UUID(compact))

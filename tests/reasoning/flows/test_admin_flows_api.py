@@ -298,3 +298,47 @@ def test_read_runs_a_fixed_number_of_queries(
         response = operator.get(detail_url(flow["id"]))
 
     assert len(response.json()["steps"]) == 3
+
+
+# --- Word search (issue 41, part 3) ---------------------------------------------------------
+
+
+def test_q_finds_the_flows_whose_summaries_hold_every_word(operator: APIClient) -> None:
+    from tests.factories import make_flow
+
+    by_trigger = str(make_flow(steps=[], trigger_summary="New lab results arrived for review"))
+    by_step = str(make_flow(steps=["Compared the lab result with last month's"], trigger_summary="Routine check"))
+    make_flow(steps=["Reviewed the lab order"], trigger_summary="A lab order was placed")  # "lab" alone
+    make_flow(steps=["Read the results"], trigger_summary="Imaging results arrived")  # "results" alone
+
+    found = ids(operator.get(LIST_URL, {"q": "lab results"}))
+
+    assert sorted(found) == sorted([by_trigger, by_step])
+
+
+def test_q_finds_a_phrase_and_leaves_out_a_word(operator: APIClient) -> None:
+    from tests.factories import make_flow
+
+    exact = str(make_flow(steps=[], trigger_summary="Potassium is high on the new panel"))
+    make_flow(steps=[], trigger_summary="High potassium intake was discussed")
+
+    assert ids(operator.get(LIST_URL, {"q": '"potassium is high"'})) == [exact]
+    assert ids(operator.get(LIST_URL, {"q": "potassium -discussed"})) == [exact]
+
+
+def test_q_never_searches_encrypted_content(operator: APIClient) -> None:
+    from tests.factories import make_flow
+
+    make_flow(
+        steps=[
+            {
+                "kind": "retrieval",
+                "agent": "researcher",
+                "summary_text": "Retrieved the chart",
+                "inputs": {"patient_name": "Zebulon Marchbanks"},
+                "pii_fields": ["patient_name"],
+            }
+        ]
+    )
+
+    assert ids(operator.get(LIST_URL, {"q": "Zebulon"})) == []
