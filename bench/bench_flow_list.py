@@ -8,7 +8,8 @@
    middleware and template included), times ``--requests`` GETs of each view after a warm-up:
    the default view (newest first, every flow), a filtered view (one agent, last 7 days), a
    free-text view (a trigger ref prefix), a word search (``q=lab results``: full-text over the
-   summaries, one flow in eight matches) and the default view sorted by duration.
+   summaries, one flow in eight matches), a rare word (``q=zebra``: none) and the default view
+   sorted by duration.
    Then the summary strip's counts computed without its one-minute cache, over every flow and
    over the filtered view (the page loads them after its rows).
 3. Prints a line per view, ``flow_list_words_p95_ms=<n>`` (the word search) and, last,
@@ -71,6 +72,7 @@ VIEWS = {
     "filtered": {"agent": "critic", "period": "7d"},
     "text": {"q": "bench/42/"},
     "words": {"q": "lab results"},
+    "words_rare": {"q": "zebra"},  # no flow holds it: the word indexes, not a scan
     "by_duration": {"sort": "duration"},
 }
 

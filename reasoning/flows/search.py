@@ -48,6 +48,7 @@ from core.api_views import parse_instant
 from core.cursors import decode_cursor, encode_cursor, moment
 from core.errors import InvalidInput
 from core.labels import LABEL_PATTERN, label_validator
+from core.replica import reading_connection
 from reasoning.models import ReasoningFlow, ReasoningStep
 
 LABEL_RE = re.compile(LABEL_PATTERN)
@@ -91,12 +92,48 @@ class _Percentile(Aggregate):
 
 # The word search of ``q`` (websearch syntax: words, "a phrase", -not), over plain-text fields
 # only; each side matches its GIN expression index (migration 0022).
-_WORD = re.compile(r"\w")
-_WORDS = (
+_WORD = re.compile(r"[^\W\d_]")
+# A ref, a path or a number ("bench/42/", "labs:7", "case_12", "2026"): a prefix, not words.
+_REF_LIKE = re.compile(r"[/:_\d]")
+
+
+# The same test, inline: the flow's own words, else any of its steps' (by the flow's steps index).
+_WORDS_INLINE = (
     "(to_tsvector('english', reasoning_flow.trigger_summary || ' ' || reasoning_flow.trigger_ref)"
     " @@ websearch_to_tsquery('english', %s)"
-    " OR reasoning_flow.id IN (SELECT s.flow_id FROM reasoning_step s"
-    " WHERE to_tsvector('english', s.summary_text) @@ websearch_to_tsquery('english', %s)))"
+    " OR EXISTS (SELECT 1 FROM reasoning_step s WHERE s.flow_id = reasoning_flow.id"
+    " AND to_tsvector('english', s.summary_text) @@ websearch_to_tsquery('english', %s)))"
+)
+# How many flows make words "common": past this, testing flows in page order finds a page sooner
+# than collecting every match through the indexes (bench/bench_flow_list.py: both kinds).
+COMMON_WORD_FLOWS = 500
+_COMMON = (
+    "SELECT count(*) FROM (SELECT 1 FROM reasoning_flow WHERE to_tsvector('english', trigger_summary || ' ' ||"
+    " trigger_ref) @@ websearch_to_tsquery('english', %s) LIMIT %s) AS hits"
+)
+
+
+def _common(q: str) -> bool:
+    """Whether at least ``COMMON_WORD_FLOWS`` flows hold ``q``'s words (one bounded index query)."""
+    with reading_connection().cursor() as cursor:
+        cursor.execute(_COMMON, [q, COMMON_WORD_FLOWS])
+        row = cursor.fetchone()
+    return bool(row and row[0] >= COMMON_WORD_FLOWS)
+
+
+def _is_words(q: str, compact: str) -> bool:
+    """Whether ``q`` reads as words ("lab results", "rash") rather than a ref, a trace id
+    ("turn-abc": one hyphenated token) or a flow id's hex digits."""
+    if not _WORD.search(q) or _REF_LIKE.search(q) or re.fullmatch(r"[0-9a-f]{4,32}", compact):
+        return False
+    return " " in q.strip() or "-" not in q
+
+
+_WORDS = (
+    "SELECT id FROM reasoning_flow"
+    " WHERE to_tsvector('english', trigger_summary || ' ' || trigger_ref) @@ websearch_to_tsquery('english', %s)"
+    " UNION SELECT flow_id FROM reasoning_step"
+    " WHERE to_tsvector('english', summary_text) @@ websearch_to_tsquery('english', %s)"
 )
 
 
@@ -208,14 +245,20 @@ class FlowSearch:
         return flows
 
     def _text_match(self) -> Q:
-        """Every word of ``q`` in the flow's trigger summary and ref or in one of its steps'
-        summaries (full-text, English stemming: indexes reasoning_flow_words and
-        reasoning_step_words); or a prefix of the trace id or trigger ref; or a whole UUID (or its
-        prefix) of the flow id."""
-        match = Q(trace_id__startswith=self.q) | Q(trigger_ref__startswith=self.q)
-        if _WORD.search(self.q):
-            match |= Q(RawSQL(_WORDS, [self.q, self.q], output_field=BooleanField()))  # noqa: S611 (a constant statement; q is a parameter)
+        """Words (``_is_words``): every word in the
+        flow's trigger summary and ref or in one of its steps' summaries, full-text with English
+        stemming, as one ``id IN (…)`` over the indexes reasoning_flow_words and
+        reasoning_step_words, so a rare word is an index lookup, not a scan. Anything else: a
+        prefix of the trace id or trigger ref, or a whole UUID (or its prefix) of the flow id."""
         compact = self.q.replace("-", "").lower()
+        if _is_words(self.q, compact):
+            if _common(self.q):
+                # Many flows hold the words: walk the flows in page order and test each (an early stop).
+                inline = RawSQL(_WORDS_INLINE, [self.q, self.q], output_field=BooleanField())  # noqa: S611 (q: a parameter)
+                return Q(inline)
+            # Few do: find them through the word indexes.
+            return Q(id__in=RawSQL(_WORDS, [self.q, self.q]))  # noqa: S611 (a constant statement; q is a parameter)
+        match = Q(trace_id__startswith=self.q) | Q(trigger_ref__startswith=self.q)
         if re.fullmatch(r"[0-9a-f]{32}", compact):
             match |= Q(id=uuid.UUID(compact))
         elif re.fullmatch(r"[0-9a-f]{4,31}", compact):

@@ -303,8 +303,14 @@ def test_read_runs_a_fixed_number_of_queries(
 # --- Word search (issue 41, part 3) ---------------------------------------------------------
 
 
-def test_q_finds_the_flows_whose_summaries_hold_every_word(operator: APIClient) -> None:
+@pytest.mark.parametrize("common", [500, 1], ids=["rare words: the indexes", "common words: page order"])
+def test_q_finds_the_flows_whose_summaries_hold_every_word(
+    operator: APIClient, monkeypatch: pytest.MonkeyPatch, common: int
+) -> None:
+    from reasoning.flows import search
     from tests.factories import make_flow
+
+    monkeypatch.setattr(search, "COMMON_WORD_FLOWS", common)
 
     by_trigger = str(make_flow(steps=[], trigger_summary="New lab results arrived for review"))
     by_step = str(make_flow(steps=["Compared the lab result with last month's"], trigger_summary="Routine check"))
