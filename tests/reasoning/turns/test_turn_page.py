@@ -157,3 +157,22 @@ def test_query_count_does_not_grow_with_the_flows(
         response = operator_client.get(page_url(TRACE))
 
     assert response.status_code == 200
+
+
+def test_each_flows_duration_has_its_own_labelled_column_and_the_graph_is_shown_whole(
+    operator_client: Client,
+) -> None:
+    # Reported: "Started 11:43:46 17 ms", a duration with no label; and a fixed-height box that
+    # hid the lower clusters of a tall turn.
+    make_turn()
+
+    page = doc(operator_client.get(page_url(TRACE)))
+
+    table = page.one("table", "turn-flows")
+    headers = [th.text for th in table.select("th")]
+    assert headers[-2:] == ["Started", "Duration"]
+    for row in table.select("tr")[1:]:
+        started, duration = [td.text for td in row.select("td")][-2:]
+        assert duration == row.one("td", data_cell="duration").text and duration.split()[-1] in {"ms", "s", "far"}
+        assert " " not in started
+    assert "dag-whole" in page.one("div", "dag").classes()
