@@ -26,6 +26,8 @@ class Action(StrEnum):
     ADMIN_FLOW_REASONING_READ = "admin.reasoning.flow.reasoning_content_read"
     # A step's decrypted content (inputs, outputs, messages, tool arguments and results) read
     ADMIN_FLOW_CONTENT_READ = "admin.reasoning.flow.content_read"
+    # An access report (incident response): who asked, about whom, the window and the row count
+    AUDIT_ACCESS_REPORT = "admin.audit.access_report"
     # Every flow of one trace id (an agent turn) as one graph: the flow ids and counts
     ADMIN_TURN_READ = "admin.reasoning.turn.read"
     # A session's decisions as a timeline (labels, counts, times): the flow count
