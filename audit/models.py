@@ -37,6 +37,8 @@ class AuditEvent(models.Model):
             # Serves tests and operators filtering the trail by action.
             models.Index(fields=["action", "id"], name="audit_event_action"),
         ]
+        # Operators who may run an access report (incident response) on its page.
+        permissions = [("run_access_report", "Can run access reports over the audit log")]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.action} by {self.actor}"

@@ -19,6 +19,7 @@ urlpatterns = [
     path("dashboard/admin/reasoning/flows", flows.admin_flow_list_page, name="admin-flow-list"),
     path("dashboard/admin/reasoning/flows/summary", flows.admin_flow_list_summary, name="admin-flow-list-summary"),
     path("dashboard/admin/reasoning/turns/<path:trace_id>", turns.admin_turn_page, name="admin-turn-page"),
+    path("dashboard/admin/reasoning/access-report", flows.access_report_page, name="access-report-page"),
     path("dashboard/admin/reasoning/sessions", outcomes.sessions_page, name="admin-sessions-page"),
     path("dashboard/admin/reasoning/sessions/<str:session_id>", outcomes.session_page, name="admin-session-page"),
     path("dashboard/admin/reasoning/agents", list_page.agents_page, name="admin-agents-page"),

@@ -316,6 +316,12 @@ ROWS: tuple[Row, ...] = (
     Row("POST", "/accounts/logout/", everyone(LOGIN_REDIRECT), body={}, content_type="form", note="logs a session out"),
     # --- Operator pages ---------------------------------------------------------------------
     Row("GET", "/dashboard/admin/reasoning/", operator_page()),
+    Row(
+        "GET",
+        "/dashboard/admin/reasoning/access-report",
+        operator_page(),
+        note="the form; running a report needs `audit.run_access_report` (a superuser has it)",
+    ),
     Row("GET", "/dashboard/admin/reasoning/sessions", operator_page()),
     Row(
         "GET",

@@ -75,6 +75,7 @@ def test_the_operator_nav_reaches_every_operator_page_and_the_flow_list_sits_und
         "Agents",
         "Pathway library",
         "Evaluation",
+        "Access report",
         "Admin",
     ]
     assert page.select("p", "muted")[0].text == "Dashboard / Flows"

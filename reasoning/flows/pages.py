@@ -12,6 +12,7 @@ works without JavaScript.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import uuid
@@ -29,12 +30,14 @@ from django.views.decorators.http import require_safe
 
 from core.access import operator_required
 from core.actors import actor_for
+from core.api_views import parse_instant
 from core.errors import InvalidInput, NotFound
 from core.templatetags.durations import format_duration
 from reasoning import summary_guard
 from reasoning.access import NarrativeReadThrottle, patient_of
 from reasoning.dimensions import is_radar
 from reasoning.flows import dag, waterfall
+from reasoning.flows.access_report import access_report
 from reasoning.flows.search import FlowSearch, flow_row
 from reasoning.flows.serializers import step_content
 from reasoning.flows.services import FlowStepsPage, list_decisions, read_flow_page_for_admin, read_narrative
@@ -343,3 +346,45 @@ def _graph(read: FlowStepsPage, steps: Sequence[dict[str, Any]]) -> dict[str, An
 def _flow_not_found(request: HttpRequest) -> HttpResponse:
     # Rendered here for the same reason as _not_found: the 404 handler speaks JSON.
     return render(request, "reasoning/admin_flow_not_found.html", status=404)
+
+
+# --- Incident response: the access report ------------------------------------------------------
+
+ACCESS_REPORT_ROWS = 500
+
+
+@operator_required
+@require_safe
+def access_report_page(request: HttpRequest) -> HttpResponse:
+    """The access report (``reasoning.flows.access_report``) for operators allowed to run it
+    (``audit.run_access_report``; others get 403): a patient, an actor and/or a window; the first
+    ``ACCESS_REPORT_ROWS`` rows, the command for the whole. Each run is audited."""
+    if not request.user.has_perm("audit.run_access_report"):
+        return render(request, "reasoning/access_report.html", {"forbidden": True}, status=403)
+    form = {name: request.GET.get(name, "").strip() for name in ("patient", "actor", "since", "until")}
+    context: dict[str, Any] = {"form": form, "limit": ACCESS_REPORT_ROWS}
+    if any(form.values()):
+        try:
+            patient = _patient_id(form["patient"])
+            report = access_report(
+                requested_by=actor_for(request),
+                patient_id=patient,
+                actor=form["actor"],
+                since=parse_instant(form["since"], "since", dates=True, naive=True),
+                until=parse_instant(form["until"], "until", dates=True, naive=True),
+            )
+        except InvalidInput as exc:
+            context["error"] = f"{exc.field}: {exc.detail}" if exc.field else exc.detail
+            return render(request, "reasoning/access_report.html", context, status=400)
+        context["rows"] = list(itertools.islice(report, ACCESS_REPORT_ROWS))
+        context["total"] = report.rows
+    return render(request, "reasoning/access_report.html", context)
+
+
+def _patient_id(raw: str) -> uuid.UUID | None:
+    if not raw:
+        return None
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise InvalidInput("not a patient id (a UUID)", field="patient") from None

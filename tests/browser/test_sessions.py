@@ -44,3 +44,22 @@ def test_an_operator_follows_the_nav_to_a_session_and_on_to_a_decisions_flow(
         page.locator("tr[data-flow]").first.get_by_role("link").first.click()
         expect(page.locator("h1")).to_contain_text("claim_review flow")
     assert page_errors == []
+
+
+def test_an_operator_runs_an_access_report_at_desktop_and_phone_widths(
+    page: Page, screenshot: Screenshot, page_errors: list[str]
+) -> None:
+    seed_operator()  # a superuser: may run access reports
+    seed_session("critic", "shift-1", 0.8, True)
+    log_in(page, *OPERATOR)
+    for viewport, name in (({"width": 1280, "height": 800}, "desktop"), (PHONE, "phone")):
+        page.set_viewport_size(viewport)  # type: ignore[arg-type]
+        page.goto("/dashboard/admin/reasoning/")
+        page.locator("header nav").get_by_role("link", name="Access report").click()
+        page.get_by_label("Since").fill("2000-01-01")
+        page.get_by_role("button", name="Run the report").click()
+        expect(page.locator("tr[data-event]").first).to_be_visible()
+        expect(page.locator("[data-total=rows]")).to_contain_text("events")
+        assert_no_sideways_scroll(page)
+        screenshot(page, f"access-report-{name}")
+    assert page_errors == []

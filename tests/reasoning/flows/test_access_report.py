@@ -12,14 +12,17 @@ from collections.abc import Callable
 from io import StringIO
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.test import Client
 from rest_framework.test import APIClient
 
 from patients.models import Patient
 from patients.services import create_patient
 from reasoning.flows.access_report import access_report
 from tests.conftest import events
-from tests.factories import PASSWORD, make_flow
+from tests.factories import PASSWORD, logged_in, make_flow
+from tests.html import doc
 
 READS = {
     "patient.reasoning.flow.read",
@@ -116,3 +119,35 @@ def test_the_service_counts_what_it_returns(consenting_patient: Patient) -> None
     report = access_report(requested_by="user:7", patient_id=consenting_patient.pk)
 
     assert report.rows == len(list(report)) > 0
+
+
+# --- The page ---------------------------------------------------------------------------------
+
+PAGE = "/dashboard/admin/reasoning/access-report"
+
+
+def test_the_page_runs_a_report_for_an_operator_allowed_to_and_audits_it(
+    consenting_patient: Patient, operator_client: Client, operator_user: User
+) -> None:
+    make_flow(consenting_patient)
+
+    html = doc(operator_client.get(PAGE, {"patient": str(consenting_patient.pk)}))
+
+    actions = [row.one("td", data_cell="action").text for row in html.one("table", "access-report").select("tr")[1:]]
+    assert "patient.created" in actions and "reasoning.flow.started" in actions
+    (asked,) = events("admin.audit.access_report", consenting_patient.pk)
+    assert asked.actor == f"user:{operator_user.pk}"
+
+
+def test_the_page_names_a_bad_field_and_refuses_an_operator_without_the_permission(
+    operator_client: Client, db: None
+) -> None:
+    from reasoning.tokens import create_operator
+
+    bad = operator_client.get(PAGE, {"since": "last tuesday"})
+    assert bad.status_code == 400 and "since:" in doc(bad).one("p", "error").text
+
+    plain = create_operator(username="plain.operator", password=PASSWORD, actor="system:test", superuser=False)
+    refused = logged_in(plain).get(PAGE, {"actor": "token:x"})
+    assert refused.status_code == 403
+    assert events("admin.audit.access_report") == []
