@@ -8,9 +8,11 @@ A secret may also be given as ``<NAME>_FILE`` pointing at a file that holds it.
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 import os
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -112,3 +114,37 @@ def env_networks(name: str) -> list[str]:
         except ValueError as exc:
             raise ImproperlyConfigured(f"{name}: {item!r} is not an IP address or network") from exc
     return networks
+
+
+# The prices a model override may set, in USD per million tokens (genai-prices' names).
+PRICE_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok")
+
+
+def env_prices(name: str) -> dict[str, dict[str, Decimal]]:
+    """Model prices as JSON: ``{"clinic-llm": {"input_mtok": 0.2, "output_mtok": 0.6}}`` (USD per
+    million tokens; ``cache_read_mtok`` optional, else cached input costs ``input_mtok``). Model
+    names are matched without case. Empty when unset."""
+    raw = env_str(name)
+    if not raw or not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw, parse_float=Decimal, parse_int=Decimal)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a JSON object of model prices ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ImproperlyConfigured(f'{name} must be a JSON object: {{"model": {{"input_mtok": 1, "output_mtok": 2}}}}')
+    prices: dict[str, dict[str, Decimal]] = {}
+    for model, price in data.items():
+        if not model.strip() or not isinstance(price, dict):
+            raise ImproperlyConfigured(f"{name}: {model!r} must name a model and map to an object of prices")
+        unknown = sorted(set(price) - set(PRICE_KEYS))
+        if unknown:
+            raise ImproperlyConfigured(f"{name}: {model!r} has unknown keys {unknown}; known: {', '.join(PRICE_KEYS)}")
+        for key in ("input_mtok", "output_mtok"):
+            if key not in price:
+                raise ImproperlyConfigured(f"{name}: {model!r} needs {key}")
+        for key, value in price.items():
+            if not isinstance(value, Decimal) or not value.is_finite() or value < 0:
+                raise ImproperlyConfigured(f"{name}: {model!r}.{key} must be a number >= 0, got {value!r}")
+        prices[model.strip().lower()] = dict(price)
+    return prices

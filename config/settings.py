@@ -17,7 +17,7 @@ import django_stubs_ext
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_choice, env_float, env_int, env_list, env_networks, env_str
+from config.env import env_bool, env_choice, env_float, env_int, env_list, env_networks, env_prices, env_str
 from config.process import die_with_parent
 from core.throttling import Rate, parse_rate
 
@@ -487,6 +487,11 @@ if RESEARCH_DISPATCHER_URL:
             "RESEARCH_DISPATCHER_SECRET must be set (at least 32 characters) when RESEARCH_DISPATCHER_URL is set: "
             "every dispatch is signed with it"
         )
+# Prices of models the price table (the genai-prices package) does not know, or priced otherwise
+# here (a private deployment), in USD per million tokens; JSON, see config/env.py env_prices.
+# A step's cost is computed when it is written and stored with it (docs/configuration.md, "Model prices").
+REASONING_MODEL_PRICES = env_prices("REASONING_MODEL_PRICES")
+
 # Raw chain-of-thought is deleted this many days after its step was written.
 REASONING_CONTENT_RETENTION_DAYS = env_int("REASONING_CONTENT_RETENTION_DAYS", 30, minimum=1)
 

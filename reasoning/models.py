@@ -98,6 +98,14 @@ class ReasoningFlow(models.Model):
     # A keyed pseudonym of the end user the agent served (user.id and its equivalents):
     # the first 32 hex digits of an HMAC-SHA256 keyed by SECRET_KEY, never the id itself.
     user_ref = models.CharField(max_length=32, blank=True, default="", db_default="")
+    # Model usage of the flow's steps, kept by the write path as steps arrive (the flow list sorts
+    # and filters by them): token counts summed over the steps that reported them (null when none
+    # did: unknown is not zero), the cost of the steps that have one (null when none has), and the
+    # models the steps named, sorted.
+    input_tokens = models.BigIntegerField(null=True, blank=True)
+    output_tokens = models.BigIntegerField(null=True, blank=True)
+    cost_usd = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    model_names = ArrayField(models.CharField(max_length=200), default=list, blank=True, db_default=[])
     created_at = models.DateTimeField(default=timezone.now)
     closed_at = models.DateTimeField(null=True, blank=True)
 
@@ -123,6 +131,12 @@ class ReasoningFlow(models.Model):
                 fields=["session_id", "created_at"],
                 name="reasoning_flow_session_created",
                 condition=~Q(session_id=""),
+            ),
+            # One end user's flows (the flow list's user filter), newest first.
+            models.Index(
+                fields=["user_ref", "created_at"],
+                name="reasoning_flow_user_created",
+                condition=~Q(user_ref=""),
             ),
             # The decay job: active flows older than the cut-off.
             models.Index(fields=["flow_state", "created_at"], name="reasoning_flow_state_created"),
@@ -191,6 +205,10 @@ class ReasoningStep(models.Model):
     reasoning_tokens = models.PositiveIntegerField(null=True, blank=True)
     # Input tokens served from the provider's prompt cache (part of input_tokens).
     cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # What the call cost in US dollars, computed from the model's price on the day it was
+    # written (reasoning.recording.pricing) and kept: a later price change rewrites nothing.
+    # Null when the model is unknown to every price table or no tokens were reported.
+    cost_usd = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
     # The tool a tool_call step ran (gen_ai.tool.name and its equivalents).
     tool = models.CharField(max_length=200, blank=True, default="", db_default="")
     # Whether the step's work failed (an OTLP span with status ERROR or an exception event),

@@ -41,7 +41,7 @@ from patients.models import Patient
 from reasoning import metrics
 from reasoning.models import ReasoningFlow, ReasoningStep
 from reasoning.radar import StepFacts, radars_of
-from reasoning.recording import close_work
+from reasoning.recording import close_work, pricing
 from reasoning.signals import close_events_of
 from reasoning.summary_guard import check_all
 
@@ -276,6 +276,9 @@ def _prepare_step(fields: dict[str, Any]) -> tuple[ReasoningStep, bool]:
         request_hash=fingerprint,
         **fields,
     )
+    step.cost_usd = pricing.step_cost(
+        step.model, step.input_tokens, step.output_tokens, step.cached_tokens, at=step.started_at
+    )
     return step, client_id is not None
 
 
@@ -370,6 +373,7 @@ def _plan(
             step.flow_id = flow.pk
             step.position = first + offset
         flow.step_count += len(new_steps)
+        _add_usage(flow, new_steps)
     plan = Plan(item, flow, new_flow, new_steps, replayed_steps, closing)
     if closing:
         assert item.close is not None
@@ -381,6 +385,23 @@ def _plan(
         flow.abort_reason = item.close.get("abort_reason", "")
         flow.outcome_metrics = dict(item.close.get("outcome_metrics") or {})
     return plan
+
+
+# A flow keeps at most this many model names (a flow naming more is not a real agent's).
+MAX_FLOW_MODELS = 20
+
+
+def _add_usage(flow: ReasoningFlow, steps: Sequence[ReasoningStep]) -> None:
+    """The flow's token totals, cost and models, with the new steps'."""
+    for step in steps:
+        if step.input_tokens is not None:
+            flow.input_tokens = (flow.input_tokens or 0) + step.input_tokens
+        if step.output_tokens is not None:
+            flow.output_tokens = (flow.output_tokens or 0) + step.output_tokens
+        if step.cost_usd is not None:
+            flow.cost_usd = (flow.cost_usd or 0) + step.cost_usd
+        if step.model and step.model not in flow.model_names and len(flow.model_names) < MAX_FLOW_MODELS:
+            flow.model_names = sorted([*flow.model_names, step.model])
 
 
 def _new_flow(item: Item, fingerprint: str, known_patients: set[uuid.UUID], now: datetime, actor: str) -> ReasoningFlow:
@@ -538,12 +559,16 @@ def _insert(plans: Sequence[Plan], now: datetime) -> None:
 
 
 def _update_flows(flows: Sequence[ReasoningFlow]) -> None:
-    """Step counts and close fields of stored flows, in one statement."""
+    """Step counts, usage and close fields of stored flows, in one statement."""
     with bound_cursor() as cursor:
         cursor.execute(
             """
             UPDATE reasoning_flow f SET
                 step_count = v.step_count,
+                input_tokens = v.input_tokens,
+                output_tokens = v.output_tokens,
+                cost_usd = v.cost_usd,
+                model_names = ARRAY(SELECT jsonb_array_elements_text(v.model_names::jsonb)),
                 flow_state = v.flow_state,
                 closed_at = v.closed_at,
                 outcome_type = v.outcome_type,
@@ -556,10 +581,12 @@ def _update_flows(flows: Sequence[ReasoningFlow]) -> None:
                 dimensions_snapshot = v.dimensions_snapshot::jsonb
             FROM unnest(
                 %s::uuid[], %s::int[], %s::text[], %s::timestamptz[], %s::text[], %s::text[],
-                %s::float8[], %s::text[], %s::text[], %s::bool[], %s::text[], %s::text[]
+                %s::float8[], %s::text[], %s::text[], %s::bool[], %s::text[], %s::text[],
+                %s::int8[], %s::int8[], %s::numeric[], %s::text[]
             ) AS v(id, step_count, flow_state, closed_at, outcome_type, outcome_summary,
                    outcome_confidence, abort_reason, outcome_metrics, patient_safe_summary,
-                   summary_guard_rule, dimensions_snapshot)
+                   summary_guard_rule, dimensions_snapshot, input_tokens, output_tokens, cost_usd,
+                   model_names)
             WHERE f.id = v.id
             """,
             [
@@ -575,6 +602,10 @@ def _update_flows(flows: Sequence[ReasoningFlow]) -> None:
                 [flow.patient_safe_summary for flow in flows],
                 [flow.summary_guard_rule for flow in flows],
                 [None if flow.dimensions_snapshot is None else json.dumps(flow.dimensions_snapshot) for flow in flows],
+                [flow.input_tokens for flow in flows],
+                [flow.output_tokens for flow in flows],
+                [flow.cost_usd for flow in flows],
+                [json.dumps(flow.model_names) for flow in flows],
             ],
         )
 
