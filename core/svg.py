@@ -101,6 +101,26 @@ def share(value: float) -> str:
     return f"{round(value):d} %"
 
 
+def usd(value: float) -> str:
+    """A cost in US dollars for reading: cents from a dollar ("$1.23", "$1,234.50"), two significant
+    digits below ("$0.0035", "$0.42"), and a cost that is not zero never reads "$0.00"."""
+    if value == 0:
+        return "$0"
+    if abs(value) >= 1:
+        return f"${value:,.2f}"
+    if abs(value) < 0.000001:
+        return "<$0.000001"
+    digits = max(2, 1 - math.floor(math.log10(abs(value))))  # two significant digits
+    return f"${value:.{digits}f}"
+
+
+def tokens(value: float) -> str:
+    """A token count for reading: 812, 12,400, 1.2M."""
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.1f}M".replace(".0M", "M")
+    return f"{round(value):,d}"
+
+
 DURATION_UNITS = ((1.0, 0.001, "ms"), (120.0, 1.0, "s"), (7200.0, 60.0, "min"), (math.inf, 3600.0, "h"))
 
 

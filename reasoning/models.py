@@ -9,10 +9,17 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 from encrypted_model_fields.fields import EncryptedTextField
 
 if TYPE_CHECKING:
     from datetime import datetime
+
+
+def user_pseudonym(user_id: str) -> str:
+    """The ``user_ref`` of an end user's id: a keyed HMAC, so flows of one user group together
+    and an operator can look one up by the id, while the id itself is never stored."""
+    return salted_hmac("reasoning.user_ref", user_id, algorithm="sha256").hexdigest()[:32]
 
 
 class FlowQuerySet(models.QuerySet["ReasoningFlow"]):

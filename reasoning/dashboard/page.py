@@ -45,7 +45,7 @@ def reasoning_dashboard_page(request: HttpRequest) -> HttpResponse:
     charts of the last day's and month's flows (``reasoning.dashboard``). The numbers are
     cached for a minute (one entry per time zone): they may be up to a minute old."""
     # The version changes with the cached dataclasses' shape, so a deploy never unpickles an old one.
-    key = f"reasoning-dashboard:v1:{settings.TIME_ZONE}"
+    key = f"reasoning-dashboard:v2:{settings.TIME_ZONE}"
     data = cache.get(key)
     if data is None:
         data = queries.operator_dashboard(timezone.now())
@@ -68,6 +68,8 @@ def panels(data: Dashboard) -> list[Panel]:
         _durations(data.days),
         _rates(data.agents, data.days[0].start),
         _steps(data.step_buckets),
+        _costs(data.days),
+        _cost_by(data.usage),
         _tokens(data.usage),
     ]
 
@@ -282,6 +284,66 @@ def _tokens(usage: Sequence[Usage]) -> Panel:
                     str(row.total),
                 )
                 for row in usage
+            ),
+        ),
+    )
+
+
+def _usd(value: float | None) -> str:
+    return "—" if value is None else svg.usd(value)
+
+
+def _costs(days: Sequence[Day]) -> Panel:
+    axis, dates = _day_labels(days)
+    priced = [day for day in days if day.cost is not None]
+    total = sum(day.cost or 0 for day in priced)
+    costliest = max(priced, key=lambda day: day.cost or 0, default=None)
+    return Panel(
+        slug="costs",
+        title="Cost per day, last 30 days",
+        summary=f"What the model calls of the flows opened each day cost, at each call's price on its day: "
+        f"{svg.usd(total)} in all"
+        + (f"; the costliest day was {costliest.start:%Y-%m-%d} ({_usd(costliest.cost)})." if costliest else ".")
+        + " Calls to a model without a known price count no cost.",
+        kind="columns",
+        chart=charts.column_chart(
+            dates,
+            [charts.Series("cost (USD)", "cost", [day.cost or 0 for day in days])],
+            axis_labels=axis,
+            fmt=svg.usd,
+            integer=False,
+        )
+        if priced
+        else None,
+        empty="No model call of the last 30 days has a known price.",
+        table=Table(
+            ("Opened", "Flows", "Cost"),
+            tuple((date, str(day.total), _usd(day.cost)) for date, day in zip(dates, days, strict=True)),
+        ),
+    )
+
+
+def _cost_by(usage: Sequence[Usage]) -> Panel:
+    rows = sorted(usage, key=lambda row: (row.cost is None, -(row.cost or 0)))
+    priced = [row for row in rows if row.cost is not None]
+    names = [f"{row.agent} · {row.model or NO_MODEL}" for row in priced]
+    unpriced = sorted({row.model for row in rows if row.cost is None and row.model})
+    return Panel(
+        slug="cost-by",
+        title="Cost by agent and model, last 30 days",
+        summary="What each agent's calls to each model cost. "
+        + "; ".join(f"{name}: {svg.usd(row.cost or 0)}" for name, row in zip(names, priced, strict=True))
+        + (f". No known price for {', '.join(unpriced)}: shown as —." if unpriced else ""),
+        kind="bars",
+        chart=charts.bar_chart(names, [charts.Series("cost (USD)", "cost", [row.cost for row in priced])], fmt=svg.usd)
+        if priced
+        else None,
+        empty="No model call of the last 30 days has a known price.",
+        table=Table(
+            ("Agent", "Model", "Calls", "Tokens", "Cost"),
+            tuple(
+                (row.agent, row.model or NO_MODEL, str(row.steps), svg.tokens(row.total), _usd(row.cost))
+                for row in rows
             ),
         ),
     )

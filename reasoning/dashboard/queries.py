@@ -5,11 +5,11 @@
 1. flows opened per hour over the last 24 hours, by state (``generate_series`` of hours, so
    an hour without flows is a zero);
 2. flows opened per day over the last 30 days, by state, with the p50 / p95 duration
-   (``closed_at - created_at``) of those that closed, and how many the guard blocked;
+   (``closed_at - created_at``) of those that closed, how many the guard blocked, and their cost;
 3. per agent (the flow's ``agent``): flows by state and guard-blocked (an agent's durations are
    on the flow list filtered by it, which each agent's row links to);
 4. closed flows by ``step_count`` (powers of two: 0, 1, 2-3, 4-7, … 64+);
-5. tokens (``input_tokens``, ``output_tokens``, ``reasoning_tokens`` of steps) by step
+5. tokens (``input_tokens``, ``output_tokens``, ``reasoning_tokens`` of steps) and cost by step
    agent and model.
 
 Hours and days are the operator's (``settings.TIME_ZONE``); a flow is counted in the hour or
@@ -78,6 +78,7 @@ class Day(StateCounts):
     blocked: int
     p50: float | None  # seconds, over the day's flows that closed
     p95: float | None
+    cost: float | None = None  # US dollars, the day's flows that have a cost; None when none has
 
     @property
     def closed(self) -> int:
@@ -122,6 +123,7 @@ class Usage:
     input_tokens: int
     output_tokens: int
     reasoning_tokens: int
+    cost: float | None = None  # US dollars; None when no step of the pair has a known price
 
     @property
     def total(self) -> int:
@@ -228,17 +230,19 @@ def _days(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> list[Day]
                        percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM closed_at - created_at)::float8)
                            AS p50,
                        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM closed_at - created_at)::float8)
-                           AS p95
+                           AS p95,
+                       sum(cost_usd)::float8 AS cost
                 FROM reasoning_flow WHERE created_at >= %(first)s GROUP BY 1
             )
             SELECT buckets.bucket, coalesce(completed, 0), coalesce(aborted, 0), coalesce(active, 0),
-                   coalesce(blocked, 0), p50, p95
+                   coalesce(blocked, 0), p50, p95, cost
             FROM buckets LEFT JOIN opened USING (bucket) ORDER BY buckets.bucket
             """,
             _params(first, last, zone),
         )
         return [
-            Day(start.replace(tzinfo=zone), c, a, o, b, p50, p95) for start, c, a, o, b, p50, p95 in cursor.fetchall()
+            Day(start.replace(tzinfo=zone), c, a, o, b, p50, p95, cost)
+            for start, c, a, o, b, p50, p95, cost in cursor.fetchall()
         ]
 
 
@@ -285,7 +289,7 @@ def _usage(since: datetime) -> list[Usage]:
         cursor.execute(
             """
             SELECT agent, model, count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),
-                   coalesce(sum(reasoning_tokens), 0)
+                   coalesce(sum(reasoning_tokens), 0), sum(cost_usd)::float8
             FROM reasoning_step
             WHERE created_at >= %s
               AND (input_tokens IS NOT NULL OR output_tokens IS NOT NULL OR reasoning_tokens IS NOT NULL)

@@ -12,6 +12,8 @@ Orders (each ends on ``created_at, id`` so that equal keys still page stably):
 | ``duration`` | longest first; active flows last | ``closed_at - created_at`` in seconds |
 | ``steps`` | most steps first | ``step_count`` |
 | ``confidence`` | lowest outcome confidence first; none last | ``outcome_confidence`` |
+| ``cost`` | most expensive first; no known cost last | ``cost_usd`` |
+| ``tokens`` | most tokens (in + out) first; none reported last | ``input_tokens + output_tokens`` |
 
 The cursor is the last row's key, ``created_at`` and id, base64url JSON: opaque to clients,
 and keyset-based, so flows written between two page reads never shift the next page.
@@ -29,6 +31,7 @@ from typing import Any
 from django.db.models import (
     Aggregate,
     BooleanField,
+    Case,
     Count,
     DurationField,
     Exists,
@@ -39,9 +42,10 @@ from django.db.models import (
     Q,
     QuerySet,
     Value,
+    When,
 )
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Coalesce, Extract
+from django.db.models.functions import Cast, Coalesce, Extract
 from django.utils import timezone
 
 from core.api_views import parse_instant
@@ -49,12 +53,12 @@ from core.cursors import decode_cursor, encode_cursor, moment
 from core.errors import InvalidInput
 from core.labels import LABEL_PATTERN, label_validator
 from core.replica import reading_connection
-from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.models import ReasoningFlow, ReasoningStep, user_pseudonym
 
 LABEL_RE = re.compile(LABEL_PATTERN)
 MAX_TEXT = 100
 PERIODS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
-SORTS = ("newest", "duration", "steps", "confidence")
+SORTS = ("newest", "duration", "steps", "confidence", "cost", "tokens")
 # What ``guard`` accepts (``_guard_rule``): published as the parameter's pattern; blank is no filter.
 GUARD_PATTERN = r"^(?:safe|blocked|blocked:[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63})?$"
 # Exact-match filters on text columns: (query parameter, model field).
@@ -69,6 +73,8 @@ PARAMETERS = (
     "guard",
     "has_patient",
     "failed",
+    "model",
+    "user_id",
     "period",
     "created_after",
     "created_before",
@@ -77,6 +83,7 @@ PARAMETERS = (
 )
 _NO_DURATION = -1.0  # active flows sort after every closed one (longest first)
 _NO_CONFIDENCE = 2.0  # flows without a confidence sort after every real one (lowest first)
+_NO_USAGE = -1.0  # flows without a cost (or tokens) sort after every real one (most first)
 
 
 class _Percentile(Aggregate):
@@ -146,6 +153,11 @@ class FlowSearch:
     has_patient: bool | None = None
     # Flows with (True) or without (False) a step whose work failed (outcome error).
     failed: bool | None = None
+    # Flows with a step that named this model (exactly, as the steps report it).
+    model: str = ""
+    # Flows of this end user (``user.id`` in traces, ``user_id`` on the JSON routes): matched by
+    # its pseudonym, the id is never stored.
+    user_id: str = ""
     period: str = ""
     created_after: datetime | None = None
     created_before: datetime | None = None
@@ -183,6 +195,8 @@ class FlowSearch:
             guard=guard,
             has_patient=_boolean(params.get("has_patient", "").strip(), "has_patient"),
             failed=_boolean(params.get("failed", "").strip(), "failed"),
+            model=_text(params.get("model", "").strip(), "model"),
+            user_id=_text(params.get("user_id", "").strip(), "user_id"),
             period=period,
             created_after=parse_instant(params.get("created_after"), "created_after"),
             created_before=parse_instant(params.get("created_before"), "created_before"),
@@ -198,7 +212,13 @@ class FlowSearch:
         search = replace(self, **changes)
         names = {column: name for name, column in (*TEXT_FILTERS, *LABEL_FILTERS)}
         out = {"q": search.q, **{names[column]: value for column, value in search.exact.items()}}
-        out.update(flow_state=search.flow_state, guard=search.guard, period=search.period)
+        out.update(
+            flow_state=search.flow_state,
+            guard=search.guard,
+            model=search.model,
+            user_id=search.user_id,
+            period=search.period,
+        )
         if search.has_patient is not None:
             out["has_patient"] = "true" if search.has_patient else "false"
         if search.failed is not None:
@@ -236,6 +256,11 @@ class FlowSearch:
             # Index reasoning_step_failed: the few failed steps, by flow.
             failing = ReasoningStep.objects.filter(flow_id=OuterRef("pk"), outcome=ReasoningStep.Outcome.ERROR)
             flows = flows.filter(Exists(failing)) if self.failed else flows.exclude(Exists(failing))
+        if self.model:
+            flows = flows.filter(model_names__contains=[self.model])
+        if self.user_id:
+            # Index reasoning_flow_user_created.
+            flows = flows.filter(user_ref=user_pseudonym(self.user_id))
         if self.period:
             flows = flows.filter(created_at__gte=timezone.now() - PERIODS[self.period])
         if self.created_after is not None:
@@ -283,6 +308,12 @@ class FlowSearch:
             return Coalesce(seconds, Value(_NO_DURATION), output_field=FloatField())
         if self.sort == "steps":
             return F("step_count")
+        if self.sort == "cost":
+            return Coalesce(Cast("cost_usd", FloatField()), Value(_NO_USAGE), output_field=FloatField())
+        if self.sort == "tokens":
+            used = Cast(Coalesce("input_tokens", 0) + Coalesce("output_tokens", 0), FloatField())
+            reported = Q(input_tokens__isnull=False) | Q(output_tokens__isnull=False)
+            return Case(When(reported, then=used), default=Value(_NO_USAGE), output_field=FloatField())
         return Coalesce(F("outcome_confidence"), Value(_NO_CONFIDENCE), output_field=FloatField())
 
     def page(self, limit: int) -> tuple[list[ReasoningFlow], str | None]:

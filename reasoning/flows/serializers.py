@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -15,11 +16,20 @@ from reasoning.models import ReasoningFlow, ReasoningStep
 
 
 def flow_representation(flow: ReasoningFlow) -> dict[str, Any]:
-    return {name: getattr(flow, name) for name in FLOW_FIELDS}
+    data = {name: getattr(flow, name) for name in FLOW_FIELDS}
+    data["cost_usd"] = _dollars(flow.cost_usd)
+    return data
 
 
 def step_representation(step: ReasoningStep) -> dict[str, Any]:
-    return {name: getattr(step, name) for name in STEP_FIELDS}
+    data = {name: getattr(step, name) for name in STEP_FIELDS}
+    data["cost_usd"] = _dollars(step.cost_usd)
+    return data
+
+
+def _dollars(cost: Decimal | None) -> float | None:
+    """A stored cost as JSON writes it: a number, whatever the encoder (DRF's, Django's)."""
+    return None if cost is None else float(cost)
 
 
 def admin_flow_representation(
@@ -32,6 +42,7 @@ def admin_flow_representation(
     data["tokens"] = flow_tokens(steps)
     data["steps"] = [
         {name: getattr(step, name) for name in fields}
+        | {"cost_usd": _dollars(step.cost_usd)}
         | (
             {"content": step_content(step.inputs, step.outputs, step.inputs_pii, step.outputs_pii)}
             if include_content
@@ -61,10 +72,12 @@ def flow_tokens(steps: Sequence[ReasoningStep]) -> dict[str, Any]:
     it (null when none did: unknown is not zero), and the models named."""
 
     counts = {name: [n for step in steps if (n := getattr(step, name)) is not None] for name in _TOKEN_COUNTS}
+    costs = [step.cost_usd for step in steps if step.cost_usd is not None]
     return {
         "steps": sum(1 for step in steps if any(getattr(step, name) is not None for name in _TOKEN_COUNTS)),
         **{name: sum(values) if values else None for name, values in counts.items()},
         "models": sorted({step.model for step in steps if step.model}),
+        "cost_usd": _dollars(sum(costs, Decimal(0))) if costs else None,
     }
 
 
@@ -88,6 +101,10 @@ FLOW_FIELDS = [
     "abort_reason",
     "user_ref",
     "parent_span_id",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "model_names",
     "outcome_metrics",
     "outcome",
     "outcome_correct",
@@ -103,6 +120,21 @@ FLOW_FIELDS = [
 
 class FlowSerializer(serializers.ModelSerializer[ReasoningFlow]):
     patient_id = serializers.UUIDField(read_only=True, allow_null=True)
+    input_tokens = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="Summed over the steps that reported it; null when none did."
+    )
+    output_tokens = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="Summed over the steps that reported it; null when none did."
+    )
+    cost_usd = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text="US dollars: the steps' costs, each at its model's price on the day it was written; "
+        "null when no step's model has a known price.",
+    )
+    model_names = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text="The models the steps named, sorted."
+    )
 
     class Meta:
         model = ReasoningFlow
@@ -131,6 +163,7 @@ STEP_FIELDS = [
     "output_tokens",
     "reasoning_tokens",
     "cached_tokens",
+    "cost_usd",
     "tool",
     "outcome",
     "error_type",
@@ -146,6 +179,12 @@ ADMIN_STEP_FIELDS = [*STEP_FIELDS, "rationale", "inputs", "outputs", "reasoning_
 class StepSerializer(serializers.ModelSerializer[ReasoningStep]):
     flow_id = serializers.UUIDField(read_only=True)
     parent_step_id = serializers.UUIDField(read_only=True, allow_null=True)
+    cost_usd = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text="US dollars, at the model's price on the day the step was written (kept: a later price "
+        "change rewrites nothing); null when the model has no known price or no tokens were reported.",
+    )
 
     class Meta:
         model = ReasoningStep
@@ -231,6 +270,9 @@ class FlowTokensSerializer(serializers.Serializer[Any]):
         allow_null=True, help_text="Input tokens served from the prompt cache, summed; null when no step reported it."
     )
     models = serializers.ListField(child=serializers.CharField(), help_text="The models the steps named, sorted.")
+    cost_usd = serializers.FloatField(
+        allow_null=True, help_text="US dollars, summed over the steps that have a cost; null when none has."
+    )
 
 
 class AdminFlowSerializer(FlowSerializer):

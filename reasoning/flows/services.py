@@ -107,6 +107,7 @@ PAGE_STEP_FIELDS = (
     "output_tokens",
     "reasoning_tokens",
     "cached_tokens",
+    "cost_usd",
     "outcome",
     "error_type",
     # The names of the keys held encrypted (never their values).

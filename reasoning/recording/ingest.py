@@ -39,7 +39,7 @@ from core.bulk import bound_cursor, fetch, insert_rows
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
 from patients.models import Patient
 from reasoning import metrics
-from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.models import ReasoningFlow, ReasoningStep, user_pseudonym
 from reasoning.radar import StepFacts, radars_of
 from reasoning.recording import close_work, pricing
 from reasoning.signals import close_events_of
@@ -231,12 +231,6 @@ def write_in_transaction(
 
 
 # --- Reading what the request refers to -------------------------------------------------
-
-
-def user_pseudonym(user_id: str) -> str:
-    """The ``user_ref`` of an end user's id: a keyed HMAC, so flows of one user group together
-    and an operator can look one up by the id, while the id itself is never stored."""
-    return salted_hmac("reasoning.user_ref", user_id, algorithm="sha256").hexdigest()[:32]
 
 
 def _prepare(item: Item) -> list[tuple[ReasoningStep, bool]] | ServiceError:

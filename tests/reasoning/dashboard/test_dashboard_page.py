@@ -309,6 +309,40 @@ def test_every_chart_is_an_image_with_a_title_and_a_description(
         assert figure.one("summary").text == "Table"
 
 
+def test_cost_per_day_and_by_agent_and_model(operator_client: Client, agent: APIClient, frozen: Any) -> None:
+    def call(who: str, model: str, i: int, o: int) -> dict[str, Any]:
+        return {
+            "kind": "llm_prompt",
+            "agent": who,
+            "summary_text": "Asked",
+            "model": model,
+            "input_tokens": i,
+            "output_tokens": o,
+        }
+
+    # gpt-4o: $2.5 in, $10 out per million tokens; gpt-4o-mini $0.15 and $0.6; clinic-llm-7b has no price.
+    ingest(agent, at=NOW - timedelta(hours=1), steps=[call("researcher", "gpt-4o", 100_000, 10_000)])  # $0.35
+    ingest(agent, at=NOW - timedelta(days=2), steps=[call("critic", "gpt-4o-mini", 1_000_000, 0)])  # $0.15
+    ingest(agent, at=NOW - timedelta(days=2), steps=[call("critic", "clinic-llm-7b", 500, 50)])
+
+    page = dashboard(operator_client)
+
+    days = table(page, "costs")
+    assert days["2026-11-30"] == ["1", "$0.35"]
+    assert days["2026-11-28"] == ["2", "$0.15"]  # the unpriced flow counts no cost, not $0
+    assert days["2026-11-27"] == ["0", "—"]
+    by = [
+        [cell.text for cell in row.iter() if cell.tag in ("th", "td")]
+        for row in page.one("figure", data_chart="cost-by").one("tbody").select("tr")
+    ]
+    assert by == [
+        ["researcher", "gpt-4o", "1", "110,000", "$0.35"],
+        ["critic", "gpt-4o-mini", "1", "1M", "$0.15"],
+        ["critic", "clinic-llm-7b", "1", "550", "—"],
+    ]
+    assert "No known price for clinic-llm-7b" in page.one("figure", data_chart="cost-by").text
+
+
 # --- Cost ----------------------------------------------------------------------------
 
 
