@@ -32,6 +32,7 @@ from core.access import operator_required
 from core.actors import actor_for
 from core.api_views import parse_instant
 from core.errors import InvalidInput, NotFound
+from core.pages import time_range_values, with_time_range
 from core.templatetags.durations import format_duration
 from reasoning import summary_guard
 from reasoning.access import NarrativeReadThrottle, patient_of
@@ -194,6 +195,8 @@ SORT_CHOICES = [
     ("duration", "longest"),
     ("steps", "most steps"),
     ("confidence", "lowest confidence"),
+    ("cost", "highest cost"),
+    ("tokens", "most tokens"),
 ]
 
 
@@ -212,7 +215,7 @@ def admin_flow_list_page(request: HttpRequest) -> HttpResponse:
     Not audited, like the route: it shows metadata, never a step's text."""
     error: str | None = None
     try:
-        search = FlowSearch.parse(request.GET)
+        search = FlowSearch.parse(with_time_range(request.GET))
     except InvalidInput as exc:
         error = f"{exc.field}: {exc.detail}" if exc.field else exc.detail
         search = FlowSearch()
@@ -221,6 +224,7 @@ def admin_flow_list_page(request: HttpRequest) -> HttpResponse:
     context = {
         "search": search,
         "values": search.params(cursor=""),
+        "range": time_range_values(search.created_after, search.created_before),
         "error": error,
         "flows": [flow_row(flow, now) for flow in flows],
         "summary_url": reverse("admin-flow-list-summary") + "?" + urlencode(search.params(cursor="", sort="newest")),

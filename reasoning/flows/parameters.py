@@ -95,6 +95,18 @@ FLOW_LIST_PARAMETERS = [
         "an OTLP span with status ERROR or an exception).",
     ),
     OpenApiParameter(
+        "model",
+        _TEXT,
+        description="Only flows with a step that named this model, exactly as the steps report it "
+        "(`gpt-4o-2024-08-06`); the flow's `model_names` lists them.",
+    ),
+    OpenApiParameter(
+        "user_id",
+        _TEXT,
+        description="Only flows of this end user (`user.id` in traces, `user_id` on the JSON routes). Matched by "
+        "its keyed pseudonym (`user_ref`): the id itself is never stored.",
+    ),
+    OpenApiParameter(
         "period", str, enum=["", *PERIODS], description="Only flows created in the last hour, day or week."
     ),
     OpenApiParameter(
@@ -102,7 +114,8 @@ FLOW_LIST_PARAMETERS = [
         str,
         enum=["", *SORTS],
         description="`newest` (default), `duration` (longest first), `steps` (most first), `confidence` "
-        "(lowest outcome confidence first).",
+        "(lowest outcome confidence first), `cost` (most expensive first; no known cost last), `tokens` (most "
+        "tokens in and out first; none reported last).",
     ),
     limit_parameter(default=50, maximum=MAX_FLOW_LIST),
     CURSOR_PARAMETER,

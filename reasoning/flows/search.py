@@ -423,4 +423,8 @@ def flow_row(flow: ReasoningFlow, now: datetime) -> dict[str, Any]:
         "short_id": flow.id.hex[:8],
         "duration": (end - flow.created_at).total_seconds(),
         "running": flow.closed_at is None,
+        # In and out, as the tokens sort counts them; None when no step reported either.
+        "tokens": None
+        if flow.input_tokens is None and flow.output_tokens is None
+        else (flow.input_tokens or 0) + (flow.output_tokens or 0),
     }

@@ -41,6 +41,13 @@ class FlowCreateSerializer(StrictSerializer):
     session_id = StrictCharField(max_length=100, required=False, allow_blank=True)
     agent = label_field(required=False, allow_blank=True)
     patient_id = StrictUUIDField(required=False, allow_null=True, help_text="Opaque patient id.")
+    user_id = StrictCharField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        help_text="The end user the agent served (a trace's `user.id`). Only a keyed pseudonym of it is stored "
+        "(the flow's `user_ref`); the flow list finds a user's flows by the id (`?user_id=`).",
+    )
     dispatched_from_backlog = StrictBooleanField(
         required=False,
         help_text="Set by a research dispatcher running a backlog request: the flow's close never enqueues "

@@ -118,6 +118,8 @@ def test_read_totals_the_model_usage_its_steps_reported(
         "reasoning_tokens": 900,
         "cached_tokens": 600,
         "models": ["gpt-4o", "o3-mini"],
+        # gpt-4o: 1,200 x $2.5 + 300 x $10; o3-mini: 200 x $1.1 + 600 cached x $0.55 + 50 x $4.4 (per million)
+        "cost_usd": 0.00677,
     }
 
 
@@ -135,6 +137,7 @@ def test_read_of_a_flow_whose_steps_reported_no_usage_says_unknown_not_zero(
         "reasoning_tokens": None,
         "cached_tokens": None,
         "models": [],
+        "cost_usd": None,
     }
 
 

@@ -305,3 +305,106 @@ def test_labels_wrap_only_at_separators(operator_client: Client, agent: APIClien
     html = operator_client.get(PAGE).content.decode()
 
     assert "user_<wbr>question_<wbr>followup" in html
+
+
+# --- Model, tokens and cost (issue 41, parts 2 and 5) ----------------------------------------
+
+
+def model_call(model: str, inputs: int, outputs: int) -> dict[str, Any]:
+    return {"kind": "llm_prompt", "model": model, "input_tokens": inputs, "output_tokens": outputs}
+
+
+@pytest.fixture
+def priced(agent: APIClient) -> dict[str, str]:
+    """Four flows: two gpt-4o calls of different sizes, a model without a price, and no model at all."""
+    return {
+        # 2 steps each: gpt-4o at $2.5 in / $10 out per million tokens.
+        "big": ingest_flow(agent, ago=timedelta(minutes=40), step=model_call("gpt-4o", 100_000, 10_000)),  # $0.70
+        "small": ingest_flow(agent, ago=timedelta(minutes=30), step=model_call("gpt-4o", 1_000, 100)),  # $0.007
+        "private": ingest_flow(agent, ago=timedelta(minutes=20), step=model_call("clinic-llm-7b", 500_000, 1)),
+        "none": ingest_flow(agent, ago=timedelta(minutes=10)),
+    }
+
+
+def test_the_list_shows_each_flows_model_tokens_and_cost(operator_client: Client, priced: dict[str, str]) -> None:
+    page = parse(operator_client.get(PAGE).content)
+
+    def cells(name: str) -> tuple[str, str, str]:
+        row = page.one("tr", data_flow=priced[name])
+        return (
+            row.one("td", cls="flow-model").text.strip(),
+            row.one("td", cls="flow-tokens").text,
+            row.one("td", cls="flow-cost").text,
+        )
+
+    assert cells("big") == ("gpt-4o", "220,000", "$0.70")
+    assert cells("small") == ("gpt-4o", "2,200", "$0.0070")
+    assert cells("private") == ("clinic-llm-7b", "1M", "—")  # an unknown price is no cost, never $0
+    assert cells("none") == ("—", "—", "—")
+    headers = [cell.text for cell in page.one("table", cls="flow-list").one("thead").select("th")]
+    assert {"Model", "Tokens", "Cost"} <= set(headers)
+
+
+@pytest.mark.parametrize(
+    ("sort", "expected"),
+    [("cost", ["big", "small", "none", "private"]), ("tokens", ["private", "big", "small", "none"])],
+)
+def test_cost_and_token_sorts_page_through_every_flow_once(
+    operator: APIClient, priced: dict[str, str], sort: str, expected: list[str]
+) -> None:
+    names = {flow_id: name for name, flow_id in priced.items()}
+    seen: list[str] = []
+    params: dict[str, str] = {"sort": sort, "limit": "1"}
+    for _ in range(10):
+        response = operator.get(API, params)
+        seen += api_ids(response)
+        cursor = response.headers.get("X-Next-Cursor")
+        if not cursor:
+            break
+        params["cursor"] = cursor
+
+    assert [names[flow_id] for flow_id in seen] == expected
+    body = operator.get(API, {"sort": sort, "limit": "1"}).json()[0]
+    assert {"model_names", "input_tokens", "output_tokens", "cost_usd"} <= set(body)
+
+
+def test_the_model_filter_finds_the_flows_that_called_it(
+    operator_client: Client, operator: APIClient, priced: dict[str, str]
+) -> None:
+    assert api_ids(operator.get(API, {"model": "gpt-4o"})) == [priced["small"], priced["big"]]
+    assert listed(operator_client.get(PAGE, {"model": "clinic-llm-7b"})) == [priced["private"]]
+    assert api_ids(operator.get(API, {"model": "gpt-4"})) == []  # exact, not a prefix
+
+
+def test_the_user_filter_finds_a_users_flows_by_the_id_it_never_stores(
+    operator_client: Client, operator: APIClient, agent: APIClient
+) -> None:
+    mine = ingest_flow(agent, user_id="patient-portal-user-77")
+    ingest_flow(agent, user_id="someone-else")
+    ingest_flow(agent)
+
+    assert api_ids(operator.get(API, {"user_id": "patient-portal-user-77"})) == [mine]
+    assert listed(operator_client.get(PAGE, {"user_id": "patient-portal-user-77"})) == [mine]
+    stored = operator.get(f"/admin/v1/reasoning/flows/{mine}").json()
+    assert "patient-portal-user-77" not in str(stored) and len(stored["user_ref"]) == 32
+
+
+def test_a_custom_range_from_the_pages_fields_in_the_operators_time_zone(
+    operator_client: Client, agent: APIClient, settings: Any
+) -> None:
+    settings.TIME_ZONE = "Europe/Paris"
+    with time_machine.travel("2026-11-30T12:00:00+00:00", tick=False):
+        early = ingest_flow(agent, ago=timedelta(hours=5))  # 07:00 UTC, 08:00 in Paris
+        middle = ingest_flow(agent, ago=timedelta(hours=3))  # 10:00 in Paris
+        ingest_flow(agent, ago=timedelta(hours=1))  # 12:00 in Paris
+
+        response = operator_client.get(PAGE, {"from": "2026-11-30T08:30", "to": "2026-11-30T11:00"})
+        assert listed(response) == [middle]
+        page = parse(response.content)
+        assert page.one("input", name="from").attrs["value"] == "2026-11-30T08:30"
+        assert page.one("input", name="to").attrs["value"] == "2026-11-30T11:00"
+
+        assert listed(operator_client.get(PAGE, {"from": "2026-11-30"})) != []  # a date alone: its midnight
+        assert early in listed(operator_client.get(PAGE, {"to": "2026-11-30T08:01"}))
+        bad = parse(operator_client.get(PAGE, {"from": "yesterday"}).content)
+        assert "from:" in bad.one("p", cls="error").text
