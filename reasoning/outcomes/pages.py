@@ -11,7 +11,6 @@ reports; each decision links to its flow and its turn.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -23,6 +22,7 @@ from django.views.decorators.http import require_safe
 from core.access import operator_required
 from core.actors import actor_for
 from core.errors import InvalidInput, NotFound
+from core.pages import time_range_values, with_time_range
 from reasoning.agents.drift import level_label, pill
 from reasoning.models import DriftReport
 from reasoning.outcomes.services import read_session_replay
@@ -46,6 +46,9 @@ def _row(summary: SessionSummary, levels: list[tuple[str, str]]) -> dict[str, An
         "summary": summary,
         "url": reverse("admin-session-page", args=[summary.session_id]),
         "duration": (summary.last_at - summary.first_at).total_seconds(),
+        "tokens": None
+        if summary.input_tokens is None and summary.output_tokens is None
+        else (summary.input_tokens or 0) + (summary.output_tokens or 0),
         "drift": [
             {"agent": agent, "level": level, "label": level_label(level), "pill": pill(level)}
             for agent, level in levels
@@ -59,7 +62,7 @@ def sessions_page(request: HttpRequest) -> HttpResponse:
     """Every session, newest last decision first; ``?agent=`` keeps the sessions an agent took part in."""
     error = ""
     try:
-        page = SessionPage.parse(request.GET)
+        page = SessionPage.parse(with_time_range(request.GET))
     except InvalidInput as exc:
         error = f"{exc.field}: {exc.detail}" if exc.field else exc.detail
         page = SessionPage()
@@ -68,15 +71,24 @@ def sessions_page(request: HttpRequest) -> HttpResponse:
     context = {
         "rows": [_row(summary, levels.get(summary.session_id, [])) for summary in summaries],
         "agent": page.agent,
+        "period": page.period,
+        "periods": PERIOD_CHOICES,
+        "range": time_range_values(page.created_after, page.created_before),
+        "filtered": bool(page.params()),
         "error": error,
-        "next_url": "?" + urlencode(_params(page.agent, next_cursor)) if next_cursor else None,
-        "first_url": "?" + urlencode(_params(page.agent, "")) if page.cursor else None,
+        "next_url": "?" + urlencode(page.params(next_cursor)) if next_cursor else None,
+        "first_url": "?" + urlencode(page.params()) if page.cursor else None,
     }
     return render(request, "reasoning/sessions.html", context)
 
 
-def _params(agent: str, cursor: str | None) -> Mapping[str, str]:
-    return {key: value for key, value in (("agent", agent), ("cursor", cursor or "")) if value}
+PERIOD_CHOICES = [
+    ("", "any time"),
+    ("1h", "last hour"),
+    ("24h", "last 24 h"),
+    ("7d", "last 7 days"),
+    ("30d", "last 30 days"),
+]
 
 
 @operator_required

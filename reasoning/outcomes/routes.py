@@ -32,7 +32,7 @@ from reasoning.auth import CanWrite, IsAdmin, changes_only_own_flows
 from reasoning.flows.serializers import FlowSerializer, flow_representation
 from reasoning.models import ReasoningFlow
 from reasoning.outcomes import services
-from reasoning.outcomes.sessions import SessionPage, check_session_id, session_summaries
+from reasoning.outcomes.sessions import SESSION_PERIODS, SessionPage, check_session_id, session_summaries
 
 MAX_OUTCOMES = 1000
 
@@ -115,6 +115,16 @@ class SessionSummarySerializer(serializers.Serializer[Any]):
     escalations = serializers.IntegerField(
         help_text="Flows closed with `outcome_type` `escalated` or holding a step of kind `escalation`."
     )
+    input_tokens = serializers.IntegerField(
+        allow_null=True, help_text="The flows' input tokens; null if none reported."
+    )
+    output_tokens = serializers.IntegerField(
+        allow_null=True, help_text="The flows' output tokens; null if none reported."
+    )
+    cost_usd = serializers.FloatField(
+        allow_null=True,
+        help_text="US dollars, at each model call's price on its day; null when no call has a known price.",
+    )
 
 
 class SessionDecisionSerializer(serializers.Serializer[Any]):
@@ -133,6 +143,9 @@ class SessionDecisionSerializer(serializers.Serializer[Any]):
     created_at = serializers.DateTimeField()
     closed_at = serializers.DateTimeField(allow_null=True)
     outcome_recorded_at = serializers.DateTimeField(allow_null=True)
+    input_tokens = serializers.IntegerField(allow_null=True, help_text="Null when no step reported it.")
+    output_tokens = serializers.IntegerField(allow_null=True, help_text="Null when no step reported it.")
+    cost_usd = serializers.FloatField(allow_null=True, help_text="US dollars; null when no call has a known price.")
 
 
 class SessionReplaySerializer(serializers.Serializer[Any]):
@@ -332,6 +345,9 @@ SUMMARY_EXAMPLE = {
     "last_at": "2026-03-02T11:42:10Z",
     "mean_confidence": 0.81,
     "escalations": 2,
+    "input_tokens": 48210,
+    "output_tokens": 6120,
+    "cost_usd": 0.1817,
 }
 
 
@@ -345,6 +361,23 @@ class AdminSessionListView(ApiView):
                 description="Only sessions in which this agent (a label) made at least one decision; empty: "
                 "every session.",
                 examples=[OpenApiExample("Triage", value="triage")],
+            ),
+            OpenApiParameter(
+                "period",
+                str,
+                enum=["", *SESSION_PERIODS],
+                description="Only sessions with a decision in the last hour, day, week or 30 days.",
+            ),
+            OpenApiParameter(
+                "created_after",
+                OpenApiTypes.DATETIME,
+                description="Only sessions with a decision opened at or after this instant (ISO 8601 with an offset).",
+            ),
+            OpenApiParameter(
+                "created_before",
+                OpenApiTypes.DATETIME,
+                description="Only sessions with a decision opened before this instant (ISO 8601 with an offset); "
+                "the list is then ordered by each session's last decision before it.",
             ),
             limit_parameter(default=50, maximum=MAX_SESSION_LIST),
             CURSOR,
@@ -437,6 +470,9 @@ class AdminSessionReplayView(ApiView):
                             "created_at": "2026-03-02T09:00:00Z",
                             "closed_at": "2026-03-02T09:00:04Z",
                             "outcome_recorded_at": "2026-03-02T15:30:00Z",
+                            "input_tokens": 1812,
+                            "output_tokens": 240,
+                            "cost_usd": 0.00693,
                         }
                     ],
                 },

@@ -17,6 +17,8 @@ Definitions (docs/outcomes-and-drift.md, "Sessions"):
 * ``agent``: the agent with the most flows (ties: the first in alphabetical order);
   ``agents``: every non-blank agent, most flows first.
 * ``mean_confidence``: the mean ``outcome_confidence`` of the flows that have one.
+* ``input_tokens`` / ``output_tokens`` / ``cost_usd``: the flows' model usage summed (null when
+  no flow reported any: unknown is not zero); the cost at each call's price on its day.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.utils import timezone
+
+from core.api_views import parse_instant
 from core.cursors import decode_cursor, encode_cursor, moment, text
 from core.errors import InvalidInput
 from core.labels import LABEL_PATTERN, label_validator
@@ -56,6 +61,11 @@ class SessionSummary:
     escalations: int
     # Each agent's decisions in the session (a session may hold several agents' flows).
     agent_decisions: dict[str, int] = field(default_factory=dict)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    # The list's order and cursor: the last decision within the list's window (else ``last_at``).
+    window_last: datetime | None = None
 
     @property
     def accuracy(self) -> float | None:
@@ -77,6 +87,9 @@ class SessionSummary:
             "last_at": self.last_at,
             "mean_confidence": self.mean_confidence,
             "escalations": self.escalations,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd,
         }
 
 
@@ -85,8 +98,8 @@ class SessionSummary:
 _SUMMARY = """
 WITH chosen AS ({chosen}),
 flow AS (
-    SELECT f.session_id, f.agent, f.trigger_type, f.outcome_recorded_at, f.outcome_correct,
-           f.outcome_confidence, f.created_at,
+    SELECT f.session_id, chosen.window_last, f.agent, f.trigger_type, f.outcome_recorded_at, f.outcome_correct,
+           f.outcome_confidence, f.created_at, f.input_tokens, f.output_tokens, f.cost_usd,
            (f.outcome_type = %(escalated)s OR EXISTS (
                SELECT 1 FROM reasoning_step s WHERE s.flow_id = f.id AND s.kind = %(escalation)s
            )) AS escalated
@@ -114,17 +127,23 @@ SELECT flow.session_id,
        count(*) FILTER (WHERE flow.escalated),
        (SELECT agents FROM by_agent WHERE by_agent.session_id = flow.session_id),
        (SELECT decision_types FROM by_type WHERE by_type.session_id = flow.session_id),
-       (SELECT per_agent FROM by_agent WHERE by_agent.session_id = flow.session_id)
+       (SELECT per_agent FROM by_agent WHERE by_agent.session_id = flow.session_id),
+       sum(flow.input_tokens),
+       sum(flow.output_tokens),
+       sum(flow.cost_usd)::float8,
+       coalesce(flow.window_last, max(flow.created_at))
   FROM flow
- GROUP BY flow.session_id
- ORDER BY max(flow.created_at) DESC, flow.session_id DESC
+ GROUP BY flow.session_id, flow.window_last
+ ORDER BY coalesce(flow.window_last, max(flow.created_at)) DESC, flow.session_id DESC
 """
-_CHOSEN_BY_ID = "SELECT DISTINCT unnest(%(ids)s::text[]) AS session_id"
+_CHOSEN_BY_ID = "SELECT DISTINCT unnest(%(ids)s::text[]) AS session_id, NULL::timestamptz AS window_last"
 # One page of sessions, newest last flow first, after the cursor; one row more than the page
 # says whether there is a next one. Reads the session index (reasoning_flow_session_created).
 _CHOSEN_PAGE = """
-    SELECT session_id FROM reasoning_flow
+    SELECT session_id, max(created_at) AS window_last FROM reasoning_flow
      WHERE session_id <> ''
+       AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
+       AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s::timestamptz)
      GROUP BY session_id
     HAVING (%(agent)s = '' OR bool_or(agent = %(agent)s))
        AND (%(after_at)s::timestamptz IS NULL
@@ -160,6 +179,10 @@ def _summaries(chosen: str, params: Mapping[str, Any]) -> list[SessionSummary]:
                 mean_confidence=None if mean is None else float(mean),
                 escalations=escalations,
                 agent_decisions=dict(_json(row[11]) or {}),
+                input_tokens=None if row[12] is None else int(row[12]),
+                output_tokens=None if row[13] is None else int(row[13]),
+                cost_usd=row[14],
+                window_last=row[15],
             )
         )
     return summaries
@@ -185,12 +208,26 @@ def check_session_id(value: str) -> str:
     return value
 
 
+# The sessions list's presets: a session with a decision in the last hour, day, week or month.
+SESSION_PERIODS = {
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+
+
 @dataclass(frozen=True)
 class SessionPage:
     """``GET /admin/v1/reasoning/sessions``: sessions newest first (by ``last_at``, ties by id),
-    optionally only those in which ``agent`` made a decision; keyset pages."""
+    optionally only those in which ``agent`` made a decision, and only those with a decision in a
+    window (``period``, ``created_after``, ``created_before``; ordered by their last decision in it,
+    while each summary covers the whole session); keyset pages."""
 
     agent: str = ""
+    period: str = ""
+    created_after: datetime | None = None
+    created_before: datetime | None = None
     cursor: str = ""
 
     @classmethod
@@ -198,20 +235,53 @@ class SessionPage:
         agent = params.get("agent", "").strip()
         if agent and (len(agent) > 100 or not _LABEL_RE.match(agent)):
             raise InvalidInput(str(label_validator.message), field="agent")
-        page = cls(agent=agent, cursor=params.get("cursor", "").strip())
+        period = params.get("period", "").strip()
+        if period and period not in SESSION_PERIODS:
+            raise InvalidInput(f"must be one of {', '.join(SESSION_PERIODS)}", field="period")
+        page = cls(
+            agent=agent,
+            period=period,
+            created_after=parse_instant(params.get("created_after"), "created_after"),
+            created_before=parse_instant(params.get("created_before"), "created_before"),
+            cursor=params.get("cursor", "").strip(),
+        )
         if page.cursor:
             page._cursor_values()  # a bad cursor is a 400 now, not at the query
         return page
 
+    def params(self, cursor: str | None = None) -> dict[str, str]:
+        """The query parameters that give this list (at ``cursor``), without empty ones."""
+        out = {
+            "agent": self.agent,
+            "period": self.period,
+            "created_after": self.created_after.isoformat() if self.created_after else "",
+            "created_before": self.created_before.isoformat() if self.created_before else "",
+            "cursor": cursor or "",
+        }
+        return {name: value for name, value in out.items() if value}
+
+    def _since(self) -> datetime | None:
+        starts = [moment for moment in (self.created_after,) if moment is not None]
+        if self.period:
+            starts.append(timezone.now() - SESSION_PERIODS[self.period])
+        return max(starts, default=None)
+
     def page(self, limit: int) -> tuple[list[SessionSummary], str | None]:
         """At most ``limit`` summaries after the cursor, and the next page's cursor (one query)."""
         after_at, after_id = self._cursor_values() if self.cursor else (None, "")
-        params = {"agent": self.agent, "after_at": after_at, "after_id": after_id, "limit": limit + 1}
+        params = {
+            "agent": self.agent,
+            "since": self._since(),
+            "until": self.created_before,
+            "after_at": after_at,
+            "after_id": after_id,
+            "limit": limit + 1,
+        }
         rows = _summaries(_CHOSEN_PAGE, params)
         if len(rows) <= limit:
             return rows, None
         last = rows[limit - 1]
-        return rows[:limit], encode_cursor(last.last_at.isoformat(), last.session_id)
+        return rows[:limit], encode_cursor((last.window_last or last.last_at).isoformat(), last.session_id)
 
     def _cursor_values(self) -> tuple[datetime, str]:
         at, session_id = decode_cursor(self.cursor, moment, text)
@@ -228,7 +298,7 @@ SELECT f.id, f.trace_id, f.trigger_type, f.agent, f.flow_state, f.outcome_type, 
        f.outcome_correct, f.outcome_confidence, f.step_count, f.patient_safe_summary,
        ARRAY(SELECT s.kind FROM reasoning_step s WHERE s.flow_id = f.id
               ORDER BY COALESCE(s.started_at, s.created_at), s.position) AS step_kinds,
-       f.created_at, f.closed_at, f.outcome_recorded_at
+       f.created_at, f.closed_at, f.outcome_recorded_at, f.input_tokens, f.output_tokens, f.cost_usd::float8
   FROM reasoning_flow f
  WHERE f.session_id = %(session_id)s AND f.session_id <> ''
    AND (%(after_at)s::timestamptz IS NULL
@@ -252,6 +322,9 @@ REPLAY_COLUMNS = (
     "created_at",
     "closed_at",
     "outcome_recorded_at",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
 )
 
 

@@ -112,3 +112,56 @@ def test_an_unknown_session_is_the_not_found_page(operator_client: Client, sessi
 
     assert response.status_code == 404
     assert "Session not found" in response.content.decode()
+
+
+def call(model: str, inputs: int, outputs: int) -> dict[str, object]:
+    return {
+        "kind": "llm_prompt",
+        "agent": "triage",
+        "summary_text": "Asked the model",
+        "model": model,
+        "input_tokens": inputs,
+        "output_tokens": outputs,
+    }
+
+
+def test_sessions_and_a_session_show_their_tokens_and_cost(operator_client: Client) -> None:
+    # gpt-4o: $2.5 in, $10 out per million tokens; clinic-llm-7b has no known price.
+    with time_machine.travel(NOW, tick=False):
+        make_flow(steps=[call("gpt-4o", 100_000, 10_000)], session_id="paid", agent="triage")  # $0.35
+    with time_machine.travel(NOW + timedelta(minutes=1), tick=False):
+        make_flow(steps=[call("gpt-4o", 20_000, 1_000)], session_id="paid", agent="triage")  # $0.06
+        make_flow(steps=[call("clinic-llm-7b", 500, 50)], session_id="private", agent="triage")
+        make_flow(steps=["Retrieved the labs"], session_id="plain", agent="triage")
+
+    listed = rows(doc(operator_client.get(LIST)))
+    assert (cell(listed["paid"], "tokens"), cell(listed["paid"], "cost")) == ("131,000", "$0.41")
+    assert (cell(listed["private"], "tokens"), cell(listed["private"], "cost")) == ("550", "—")
+    assert (cell(listed["plain"], "tokens"), cell(listed["plain"], "cost")) == ("—", "—")
+
+    page = doc(operator_client.get(f"{LIST}/paid"))
+    assert page.one("dd", data_total="tokens").text == "120,000 in / 11,000 out"
+    assert page.one("dd", data_total="cost").text == "$0.41"
+    costs = [
+        row.one("td", data_cell="cost").text
+        for row in page.one("table", "session-decisions").select("tr")
+        if "data-flow" in row.attrs
+    ]
+    assert costs == ["$0.35", "$0.060"]
+
+
+def test_a_window_keeps_the_sessions_with_a_decision_in_it(operator_client: Client) -> None:
+    plant("morning", minutes=0)
+    plant("noon", minutes=180)
+    plant("noon", minutes=200)
+    plant("evening", minutes=480)
+
+    # NOW is 12:00 UTC; the page reads From and To in the operator's time zone (UTC here).
+    window = {"from": "2026-03-02T14:00", "to": "2026-03-02T16:00"}
+    html = doc(operator_client.get(LIST, window))
+    assert list(rows(html)) == ["noon"]
+    assert html.one("input", name="from").attrs["value"] == "2026-03-02T14:00"
+    bad = doc(operator_client.get(LIST, {"to": "soon"}))
+    assert "to:" in bad.one("p", "error").text
+    with time_machine.travel(NOW + timedelta(minutes=481), tick=False):
+        assert list(rows(doc(operator_client.get(LIST, {"period": "1h"})))) == ["evening"]
