@@ -50,6 +50,15 @@ class AgentRow:
     drift_level: str  # "" when the agent has no drift report yet
     recent_accuracy: list[float | None]  # its last sessions, oldest first
     recent_confidence: list[float | None]
+    input_tokens: int | None = None  # its flows' model usage; None when none reported any
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+
+    @property
+    def tokens(self) -> int | None:
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
 
     @property
     def accuracy(self) -> float | None:

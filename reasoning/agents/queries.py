@@ -24,7 +24,8 @@ WITH per_session AS (
            count(*) FILTER (WHERE outcome_correct) AS correct,
            count(*) FILTER (WHERE NOT outcome_correct) AS incorrect,
            sum(outcome_confidence) AS confidence_sum, count(outcome_confidence) AS confidence_n,
-           max(created_at) AS last_at
+           max(created_at) AS last_at,
+           sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens, sum(cost_usd) AS cost_usd
       FROM reasoning_flow
      WHERE agent <> '' AND (%(agent)s = '' OR agent = %(agent)s)
      GROUP BY agent, session_id
@@ -43,7 +44,8 @@ SELECT p.agent,
                    r.confidence_sum / nullif(r.confidence_n, 0)) ORDER BY r.last_at, r.session_id)
           FROM recent r WHERE r.agent = p.agent AND r.rank <= %(sessions)s),
        (SELECT d.level FROM reasoning_drift_report d
-         WHERE d.agent = p.agent ORDER BY d.session_ended_at DESC, d.id DESC LIMIT 1)
+         WHERE d.agent = p.agent ORDER BY d.session_ended_at DESC, d.id DESC LIMIT 1),
+       sum(p.input_tokens)::bigint, sum(p.output_tokens)::bigint, sum(p.cost_usd)::float8
   FROM per_session p
  GROUP BY p.agent
  ORDER BY p.agent
@@ -52,13 +54,14 @@ SELECT p.agent,
 
 def agent_facts(agent: str = "", *, sessions: int) -> list[dict[str, Any]]:
     """Per agent, alphabetically (only ``agent`` when given): its sessions, decisions, correct and
-    incorrect outcomes, mean confidence, latest drift level ("" when none) and the accuracy and
-    confidence of its last ``sessions`` sessions, oldest first."""
+    incorrect outcomes, mean confidence, latest drift level ("" when none), the accuracy and
+    confidence of its last ``sessions`` sessions, oldest first, and its flows' tokens and cost
+    (None when none reported any)."""
     with reading_connection().cursor() as cursor:
         cursor.execute(_AGENTS, {"sessions": sessions, "agent": agent})
         rows = cursor.fetchall()
     result = []
-    for name, session_count, decisions, correct, incorrect, confidence, recent, level in rows:
+    for name, session_count, decisions, correct, incorrect, confidence, recent, level, inputs, outputs, cost in rows:
         points = _json(recent) or []
         result.append(
             {
@@ -71,6 +74,9 @@ def agent_facts(agent: str = "", *, sessions: int) -> list[dict[str, Any]]:
                 "drift_level": level or "",
                 "recent_accuracy": [_float(a) for a, _ in points],
                 "recent_confidence": [_float(c) for _, c in points],
+                "input_tokens": inputs,
+                "output_tokens": outputs,
+                "cost_usd": cost,
             }
         )
     return result

@@ -156,7 +156,14 @@ def test_the_totals_are_the_agents_row_of_the_agents_page(operator_client: Clien
     totals = page(operator_client).by_id("agent-totals")
 
     shown = {dd.attrs["data-total"]: dd.text for dd in totals.select("dd") if "data-total" in dd.attrs}
-    assert shown == {"sessions": "2", "decisions": "3", "accuracy": "50 %", "confidence": "0.80"}
+    assert shown == {
+        "sessions": "2",
+        "decisions": "3",
+        "accuracy": "50 %",
+        "confidence": "0.80",
+        "tokens": "—",  # no step reported model usage: unknown, not zero
+        "cost": "—",
+    }
     assert totals.one("a").attrs["href"] == "/dashboard/admin/reasoning/flows?agent=alpha"
 
 

@@ -18,6 +18,7 @@ from reasoning.agents.list_page import spark_points
 from reasoning.models import DriftReport
 from reasoning.outcomes import services as outcomes_services
 from reasoning.recording import services as recording_services
+from tests.factories import make_flow
 from tests.html import Element, parse
 
 pytestmark = pytest.mark.django_db
@@ -191,3 +192,48 @@ def test_the_page_reads_in_the_same_queries_whatever_the_number_of_agents_and_se
     with CaptureQueriesContext(connection) as many:
         assert len(rows(operator_client)) == 4
     assert len(many) == len(few) == 4, [query["sql"][:80] for query in many.captured_queries]
+
+
+def test_each_agent_shows_its_tokens_and_cost_on_the_list_and_its_page(operator_client: Client) -> None:
+    # gpt-4o: $2.5 in, $10 out per million tokens; clinic-llm-7b has no known price.
+    for inputs in (100_000, 20_000):
+        make_flow(
+            steps=[
+                {
+                    "kind": "llm_prompt",
+                    "agent": "critic",
+                    "summary_text": "Asked",
+                    "model": "gpt-4o",
+                    "input_tokens": inputs,
+                    "output_tokens": inputs // 10,
+                }
+            ],
+            agent="critic",
+        )
+    make_flow(
+        steps=[
+            {
+                "kind": "llm_prompt",
+                "agent": "triage",
+                "summary_text": "Asked",
+                "model": "clinic-llm-7b",
+                "input_tokens": 500,
+                "output_tokens": 50,
+            }
+        ],
+        agent="triage",
+    )
+    plant("researcher", "s-1", 0.9)
+
+    page = parse(operator_client.get(PAGE).content)
+
+    def cells(agent: str) -> tuple[str, str]:
+        row = page.one("tr", data_agent=agent)
+        return row.one("td", data_cell="tokens").text, row.one("td", data_cell="cost").text
+
+    assert cells("critic") == ("132,000", "$0.42")  # 120,000 in x $2.5 + 12,000 out x $10 per million
+    assert cells("triage") == ("550", "—")  # no known price: no cost, never $0
+    assert cells("researcher") == ("—", "—")
+    agent = parse(operator_client.get(f"{PAGE}/critic").content)
+    assert agent.one("dd", data_total="tokens").text == "120,000 in / 12,000 out"
+    assert agent.one("dd", data_total="cost").text == "$0.42"
