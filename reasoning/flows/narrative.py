@@ -51,6 +51,8 @@ AGENT_LABELS = {
     "researcher": "Research assistant",
     "critic": "Fact checker",
     "correlator": "Pattern finder",
+    "triage": "Message triage",
+    "summarizer": "Visit summary writer",
 }
 
 
@@ -156,6 +158,9 @@ class DecisionRow:
     flow_id: uuid.UUID
     created_at: datetime
     status: str  # ready, in_progress, ask_care_team, stopped
+    # Who decided, as the patient's label for the agent ("Research assistant"): what kind of
+    # decision it is, when the summary is withheld too; "" for a flow without an agent.
+    agent: str
     # The trigger summary, only when the guard passed every summary of the flow; else None.
     summary: str | None
 

@@ -22,6 +22,7 @@ from reasoning.flows.narrative import (
     YOUR_DECISIONS_LIMIT,
     DecisionRow,
     Narrative,
+    agent_label,
     decision_status,
     denied,
     pending,
@@ -293,7 +294,7 @@ def list_decisions(patient: Patient, *, actor: str, limit: int = YOUR_DECISIONS_
     flows = list(
         ReasoningFlow.objects.filter(patient_id=patient.pk)
         .order_by("-created_at", "-id")
-        .only("id", "created_at", "flow_state", "patient_safe_summary", "trigger_summary")[:limit]
+        .only("id", "created_at", "flow_state", "patient_safe_summary", "trigger_summary", "agent")[:limit]
     )
     record(
         Action.PATIENT_FLOWS_LISTED,
@@ -306,6 +307,7 @@ def list_decisions(patient: Patient, *, actor: str, limit: int = YOUR_DECISIONS_
             flow_id=flow.pk,
             created_at=flow.created_at,
             status=decision_status(flow),
+            agent=agent_label(flow.agent),
             summary=flow.trigger_summary or None if flow.patient_safe_summary else None,
         )
         for flow in flows

@@ -1,10 +1,12 @@
 """Demo sessions, outcomes, drift and a multi-agent turn for ``load_demo`` (idempotent: fixed ids).
 
 1. Seven sessions for each reference agent, four decisions each, every flow closed and its
-   outcome recorded (correct, incorrect or unknown) through ``services.record_outcome``.
+   outcome recorded (correct, incorrect or unknown) through ``services.record_outcome``. The
+   n-th sessions of the three agents fall on one day, four days apart: 27 days ago to 3 days
+   ago (each written with its own times by ``demo_flows.write_flows``).
 2. The correlator's latest session drifts: one decision instead of four, at a much lower
    confidence, so its drift report is ``investigate`` against a baseline of six sessions.
-3. One turn (``TURN_TRACE_ID``) run by three agents: the critic's flow names the
+3. One turn (``TURN_TRACE_ID``), two hours ago, run by three agents: the critic's flow names the
    researcher's flow as its ``trigger_ref`` and the correlator's names the critic's, the
    turn view's cross-flow links.
 4. Drift reports for the sessions that have none yet (``jobs.compute_drift_reports``); a
@@ -13,15 +15,14 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable
+import random
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime, timedelta
 
 from reasoning.jobs import compute_drift_reports
+from reasoning.management.demo_flows import AGENTS, Course, DemoFlow, build_steps, demo_id, write_flows
 from reasoning.models import DriftReport, ReasoningFlow
 from reasoning.outcomes.services import record_outcome
-from reasoning.recording.services import add_steps, close_flow, start_flow
 
 SESSION_AGENTS = ("researcher", "critic", "correlator")
 SESSIONS_PER_AGENT = 7
@@ -29,6 +30,8 @@ DECISIONS_PER_SESSION = 4
 DRIFTING_AGENT = "correlator"
 TURN_TRACE_ID = "demo-turn-1"
 _ACTOR = "system:demo"
+# Hours before the session's day ends at which each agent starts its session.
+_START_HOURS = {"researcher": 9.0, "critic": 7.0, "correlator": 5.0}
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,11 @@ def session_id(agent: str, number: int) -> str:
     return f"demo-session-{agent}-{number}"
 
 
+def session_day(number: int) -> int:
+    """How many days ago the ``number``-th sessions ran: 27, 23, … 3."""
+    return 27 - 4 * (number - 1)
+
+
 def _correct(number: int, decision: int) -> bool | None:
     """The outcome of a session's decision: the last unknown, the first wrong in every third
     session, else right (so the latest, seventh, session is as accurate as usual)."""
@@ -54,94 +62,67 @@ def _correct(number: int, decision: int) -> bool | None:
     return not (decision == 0 and number % 3 == 0)
 
 
-def _ensure_flow(
-    demo_id: Callable[[str], uuid.UUID],
-    agents: dict[str, dict[str, Any]],
-    name: str,
-    agent: str,
-    *,
-    confidence: float,
-    flow: dict[str, Any],
-) -> tuple[ReasoningFlow, bool]:
-    """Open, fill and close one flow (each call is replay-safe, so a second run writes nothing)."""
-    spec = agents[agent]
-    opened, created = start_flow(
-        {"id": demo_id(name), "trigger_type": spec["trigger_type"], "agent": agent, **flow}, actor=_ACTOR
-    )
-    first, _, last = spec["steps"]
-    steps = []
-    previous: uuid.UUID | None = None
-    for position, (kind, summary) in enumerate((first, last), start=1):
-        step_id = demo_id(f"{name}-step-{position}")
-        steps.append(
-            {
-                "id": step_id,
-                "kind": kind,
-                "agent": agent,
-                "summary_text": summary,
-                "confidence": confidence,
-                "latency_ms": 90 + 40 * position,
-                "parent_step_id": previous,
-            }
-        )
-        previous = step_id
-    add_steps(opened.pk, steps, actor=_ACTOR)
-    if ReasoningFlow.objects.filter(pk=opened.pk).active().exists():
-        outcome_type, outcome_summary = spec["outcome"]
-        close_flow(
-            opened.pk, state="completed", actor=_ACTOR, outcome_type=outcome_type, outcome_summary=outcome_summary
-        )
-    return opened, created
+def _flow(name: str, agent: str, topic_index: int, opened: datetime, *, confidence: float, **fields: str) -> DemoFlow:
+    """A completed flow of ``agent`` whose every step has ``confidence``."""
+    spec = AGENTS[agent]
+    topic = spec.topics[topic_index % len(spec.topics)]
+    rng = random.Random(name)
+    steps, ended = build_steps(name, agent, topic, opened, rng, Course(confidence=(confidence, confidence)))
+    create = {"trigger_type": spec.trigger_type, "agent": agent, "trigger_summary": topic.trigger, **fields}
+    close = {
+        "flow_state": "completed",
+        "outcome_type": topic.outcome_type or spec.outcome_type,
+        "outcome_summary": topic.outcome,
+    }
+    return DemoFlow(name, opened, create, steps, close, ended + timedelta(milliseconds=rng.randint(20, 300)))
 
 
-def load_sessions_and_turn(demo_id: Callable[[str], uuid.UUID], agents: dict[str, dict[str, Any]]) -> DemoSessions:
-    """Load the demo sessions, their outcomes, the drift reports and the turn (see the module)."""
-    new_flows = new_outcomes = 0
+def load_sessions_and_turn(anchor: datetime) -> DemoSessions:
+    """Load the demo sessions, their outcomes, the drift reports and the turn (see the module),
+    dated before ``anchor``."""
+    flows: list[DemoFlow] = []
+    outcomes: list[tuple[DemoFlow, bool | None]] = []
     wanted_sessions: list[str] = []
     for number in range(1, SESSIONS_PER_AGENT + 1):
         # Interleaved, as agents run side by side; each agent's sessions still end in number order.
         for agent in SESSION_AGENTS:
             drifting = agent == DRIFTING_AGENT and number == SESSIONS_PER_AGENT
             wanted_sessions.append(session_id(agent, number))
+            start = anchor - timedelta(days=session_day(number), hours=_START_HOURS[agent])
             for decision in range(1 if drifting else DECISIONS_PER_SESSION):
-                name = f"{session_id(agent, number)}-{decision}"
-                flow, created = _ensure_flow(
-                    demo_id,
-                    agents,
-                    name,
+                flow = _flow(
+                    f"{session_id(agent, number)}-{decision}",
                     agent,
+                    number + decision,
+                    start + timedelta(minutes=25 * decision + (7 * number) % 11),
                     confidence=0.42 if drifting else round(0.9 - 0.02 * ((number + decision) % 3), 2),
-                    flow={
-                        "trigger_ref": f"demo/{agent}/session-{number}/{decision}",
-                        "trigger_summary": agents[agent]["trigger"],
-                        "trace_id": f"demo-session-trace-{agent}-{number}-{decision}",
-                        "session_id": session_id(agent, number),
-                    },
+                    trigger_ref=f"demo/{agent}/session-{number}/{decision}",
+                    trace_id=f"demo-session-trace-{agent}-{number}-{decision}",
+                    session_id=session_id(agent, number),
                 )
-                new_flows += created
-                if not ReasoningFlow.objects.filter(pk=flow.pk, outcome_recorded_at__isnull=False).exists():
-                    correct = False if drifting else _correct(number, decision)
-                    label = {True: "follow_up_confirmed", False: "follow_up_not_needed", None: "not_yet_known"}
-                    record_outcome(flow.pk, label[correct], correct, actor=_ACTOR)
-                    new_outcomes += 1
+                flows.append(flow)
+                outcomes.append((flow, False if drifting else _correct(number, decision)))
 
     # One turn of three agents under one trace id, each flow triggered by the previous one.
-    previous: ReasoningFlow | None = None
-    for agent in SESSION_AGENTS:
-        flow, created = _ensure_flow(
-            demo_id,
-            agents,
-            f"demo-turn-1-{agent}",
-            agent,
-            confidence=0.88,
-            flow={
-                "trigger_ref": str(previous.pk) if previous else "demo/turn-1/question",
-                "trigger_summary": agents[agent]["trigger"],
-                "trace_id": TURN_TRACE_ID,
-            },
-        )
-        new_flows += created
-        previous = flow
+    previous_ref = "demo/turn-1/question"
+    for offset, agent in enumerate(SESSION_AGENTS):
+        name = f"demo-turn-1-{agent}"
+        opened = anchor - timedelta(hours=2) + timedelta(minutes=3 * offset)
+        flows.append(_flow(name, agent, 0, opened, confidence=0.88, trigger_ref=previous_ref, trace_id=TURN_TRACE_ID))
+        previous_ref = str(demo_id(name))
+
+    new_flows = write_flows(flows)
+    recorded = set(
+        ReasoningFlow.objects.filter(
+            pk__in=[flow.id for flow, _ in outcomes], outcome_recorded_at__isnull=False
+        ).values_list("pk", flat=True)
+    )
+    label = {True: "follow_up_confirmed", False: "follow_up_not_needed", None: "not_yet_known"}
+    new_outcomes = 0
+    for flow, correct in outcomes:
+        if flow.id not in recorded:
+            record_outcome(flow.id, label[correct], correct, actor=_ACTOR)
+            new_outcomes += 1
 
     # The job writes audit events on every run: only run it when a demo session lacks a report.
     reported = DriftReport.objects.filter(session_id__in=wanted_sessions).count()

@@ -53,6 +53,19 @@ def test_a_patient_sees_their_decisions_newest_first_with_links(
     assert event.payload == {"count": 3, "consent": True}
 
 
+def test_each_decision_says_which_agent_made_it(patient_client: Client, consenting_patient: Patient) -> None:
+    question = make_flow(consenting_patient, trigger_summary="Asked about sleep")
+    message = make_flow(consenting_patient, steps=[], trigger_summary="Sorted a message", agent="triage")
+    unnamed = make_flow(consenting_patient, steps=[], agent="")
+
+    page = doc(patient_client.get(PROFILE))
+
+    # The patient's label for each agent tells two decisions of one day apart.
+    assert "Research assistant · " in page.one("li", "decision", data_decision=str(question)).text
+    assert "Message triage · " in page.one("li", "decision", data_decision=str(message)).text
+    assert not page.one("li", "decision", data_decision=str(unnamed)).select("span", "decision-agent")
+
+
 def test_a_blocked_decision_shows_no_summary_and_sends_to_the_care_team(
     patient_client: Client, consenting_patient: Patient
 ) -> None:

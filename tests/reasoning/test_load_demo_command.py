@@ -1,28 +1,90 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
+import time_machine
 from django.core.management import call_command
+from django.db.models import Q
+from django.utils import timezone
 
 from audit.models import AuditEvent
+from patients.models import Patient
+from reasoning.dashboard.queries import operator_dashboard
+from reasoning.management.demo_flows import PRIVATE_MODEL
 from reasoning.management.demo_sessions import SESSION_AGENTS, SESSIONS_PER_AGENT, TURN_TRACE_ID, session_id
 from reasoning.models import DriftReport, ReasoningFlow, ReasoningStep
 from reasoning.outcomes.sessions import session_summaries
 from reasoning.turns.graph import turn_edges
+from tests.factories import logged_in
+from tests.html import doc
 
 pytestmark = pytest.mark.django_db
 
 
-def test_load_demo_twice_writes_once() -> None:
+def test_load_demo_twice_writes_once_even_days_later() -> None:
     call_command("load_demo", stdout=StringIO())
     counts = (ReasoningFlow.objects.count(), ReasoningStep.objects.count(), AuditEvent.objects.count())
     out = StringIO()
-    call_command("load_demo", stdout=out)
+    # The flows are dated back from the hour of the run: a later run finds them by their fixed ids.
+    with time_machine.travel(timezone.now() + timedelta(days=2, hours=5)):
+        call_command("load_demo", stdout=out)
     assert (ReasoningFlow.objects.count(), ReasoningStep.objects.count(), AuditEvent.objects.count()) == counts
     assert "(0 new)" in out.getvalue()
+
+
+def test_load_demo_spreads_the_flows_over_the_last_30_days() -> None:
+    call_command("load_demo", stdout=StringIO())
+    now = timezone.now()
+
+    flows = ReasoningFlow.objects.all()
+    assert not flows.filter(Q(created_at__gt=now) | Q(closed_at__gt=now) | Q(created_at__lt=now - timedelta(days=30)))
+    days = {timezone.localdate(created) for created in flows.values_list("created_at", flat=True)}
+    assert len(days) >= 20
+    # Steps are dated within their flow, so narratives and charts put them on its day.
+    assert not ReasoningStep.objects.filter(created_at__lt=now - timedelta(days=30))
+    assert ReasoningStep.objects.filter(created_at__lt=now - timedelta(days=20)).exists()
+    # The dashboard's daily chart has bars on most days, and not all of one height or duration.
+    chart = operator_dashboard(now).days
+    assert sum(day.total > 0 for day in chart) >= 20
+    assert len({day.total for day in chart}) >= 5
+    assert len({day.p50 for day in chart if day.p50 is not None}) >= 10
+    # Still-active flows are young: the 24-hour timeout would abort older ones.
+    assert not flows.filter(flow_state="active", created_at__lt=now - timedelta(hours=24))
+
+
+def test_load_demo_has_agents_failures_aborts_and_models_with_tokens() -> None:
+    call_command("load_demo", stdout=StringIO())
+
+    agents = set(ReasoningFlow.objects.values_list("agent", flat=True))
+    assert {"researcher", "critic", "correlator"} < agents and len(agents) >= 4
+    failed = ReasoningStep.objects.filter(outcome="error")
+    assert failed.exists() and not failed.filter(error_type="").exists()
+    assert len(set(failed.values_list("error_type", flat=True))) >= 3
+    aborted = ReasoningFlow.objects.filter(flow_state="aborted")
+    assert {"tool_error", "timeout"} <= set(aborted.values_list("abort_reason", flat=True))
+    calls = ReasoningStep.objects.filter(input_tokens__gt=0, output_tokens__gt=0)
+    models = set(calls.values_list("model", flat=True))
+    assert {"gpt-4o", "gpt-4o-mini", "claude-3-5-sonnet-20241022", "o3-mini", PRIVATE_MODEL} <= models
+    assert calls.filter(cached_tokens__gt=0).exists() and calls.filter(reasoning_tokens__gt=0).exists()
+    assert ReasoningFlow.objects.filter(outcome_type="escalated").exists()
+
+
+def test_load_demo_gives_the_consenting_patient_decisions_that_differ() -> None:
+    call_command("load_demo", stdout=StringIO())
+    client = logged_in(Patient.objects.get(user__username="patient"))
+
+    cards = doc(client.get("/dashboard/profile")).select("li", "decision")
+
+    assert len(cards) >= 10
+    summaries = [card.select("p")[0].text.strip() for card in cards]
+    assert len(set(summaries)) >= len(cards) // 2
+    assert len({card.one("time").attrs["datetime"][:10] for card in cards}) >= 10
+    assert len({card.one("span", "decision-agent").text for card in cards}) >= 3
+    assert {card.attrs["data-status"] for card in cards} == {"ready", "in_progress", "stopped", "ask_care_team"}
 
 
 def test_load_demo_shows_every_flow_state_and_a_merge_step() -> None:
