@@ -16,8 +16,10 @@ run ``command()``, i.e. ``gunicorn config.asgi:application -c python:config.guni
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -139,3 +141,17 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no ty
         "proxy_headers": bool(TRUSTED_PROXIES),
         "forwarded_allow_ips": ",".join(TRUSTED_PROXIES),
     }
+
+    def init_signals(self) -> None:
+        super().init_signals()
+        # gunicorn stops a worker with SIGTERM (a Ctrl-C also sends SIGINT) and expects it to exit 0
+        # once it has stopped. uvicorn's server stops gracefully on either, then puts back the handler
+        # it found and raises the signal again; with uvicorn-worker's SIG_DFL there, every clean stop
+        # killed the worker by the signal and the arbiter logged "[ERROR] Worker (pid:N) was sent
+        # SIGTERM!". A worker crash or gunicorn's SIGKILL of a stuck worker is still reported.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self.exit_stopped)
+
+    def exit_stopped(self, signum: int, frame: FrameType | None) -> None:
+        """Exit 0: the signal asked for a stop (before the server ran, or raised again once it stopped)."""
+        sys.exit(0)

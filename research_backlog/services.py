@@ -65,6 +65,10 @@ def enqueue(
     """
     if reason not in ResearchRequest.Reason.values:
         raise InvalidInput(f"must be one of {', '.join(ResearchRequest.Reason.values)}", field="reason")
+    # Checked here as well as by the routes' serializers: a request with nothing to research is
+    # never queued, whoever calls (a page, a command, a producer).
+    if not question.strip():
+        raise InvalidInput("This field may not be blank.", field="question")
     fields = {
         "trigger_type": trigger_type,
         "trigger_ref": trigger_ref,

@@ -98,6 +98,11 @@ class Stack:
         assert self.proc.stdout is not None
         return self.proc.stdout.read().decode(errors="replace")
 
+    @staticmethod
+    def errors(output: str) -> list[str]:
+        """The lines of ``output`` that report an error (gunicorn's log, a traceback)."""
+        return [line for line in output.splitlines() if "[ERROR]" in line or "Traceback" in line]
+
     def kill_everything(self) -> None:
         for proc in self.processes():
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -133,8 +138,11 @@ def test_ctrl_c_once_running_leaves_no_process(stack: Stack) -> None:
 
     assert stack.proc.wait(timeout=40) == 0
     _wait_for(lambda: not stack.processes(), 10, "every process to exit")
+    output = stack.output()
     # Once it answered, the address (and the demo logins, when loaded) in a box.
-    assert f"| Reasoning Flow Tracker on http://127.0.0.1:{stack.port}/" in stack.output()
+    assert f"| Reasoning Flow Tracker on http://127.0.0.1:{stack.port}/" in output
+    # A Ctrl-C reaches gunicorn's workers too (SIGINT): they stop, they do not die of it.
+    assert stack.errors(output) == []
 
 
 def test_a_crashed_child_is_restarted_and_the_others_keep_running(stack: Stack) -> None:
@@ -169,6 +177,10 @@ def test_stop_script_stops_a_stack_started_elsewhere(stack: Stack) -> None:
     assert "stopped the web server, worker and chainer" in stopped.stdout
     _wait_for(lambda: not stack.processes(), 10, "every process to exit")
     assert not stack.serving()
+    # A clean stop is no error: gunicorn's arbiter logs "[ERROR] Worker (pid:N) was sent SIGTERM!"
+    # for a worker that dies of the signal instead of exiting once it has shut down.
+    assert stack.proc.wait(timeout=10) == 0
+    assert stack.errors(stack.output()) == []
 
 
 def test_stop_script_with_nothing_running_says_so(tmp_path: Path) -> None:

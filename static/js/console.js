@@ -1,6 +1,7 @@
 // The Research Console's comparison: at most two candidates ticked, and the comparison
-// shown where the operator is looking. Without this script the page still works: the
-// compare form reloads the page at #comparison, and the server refuses a third id (400).
+// shown where the operator is looking; an empty trigger type named next to its field.
+// Without this script the page still works: the compare form reloads the page at
+// #comparison, and the server refuses a third id (400).
 (() => {
   const MESSAGE_ID = "compare-limit";
 
@@ -34,6 +35,35 @@
     } else if (!box.checked) {
       hideLimit();
     }
+  });
+
+  // A required field left empty: the browser will not send the form, but its bubble names no field
+  // and fades (headless, it shows nothing at all). The field's own message (the element
+  // "<id>-required", next to it) says which field instead, until it holds something.
+  const requiredMessage = (field) => field.id && document.getElementById(`${field.id}-required`);
+
+  document.addEventListener(
+    "invalid",
+    (event) => {
+      const field = event.target;
+      const message = requiredMessage(field);
+      if (!message || !field.validity.valueMissing) return;
+      event.preventDefault();
+      message.hidden = false;
+      field.setAttribute("aria-invalid", "true");
+      field.setAttribute("aria-describedby", message.id);
+      field.focus();
+    },
+    true, // "invalid" does not bubble
+  );
+
+  document.addEventListener("input", (event) => {
+    const field = event.target;
+    const message = requiredMessage(field);
+    if (!message || message.hidden || field.validity.valueMissing) return;
+    message.hidden = true;
+    field.removeAttribute("aria-invalid");
+    field.removeAttribute("aria-describedby");
   });
 
   // A comparison (or a refusal) just swapped in: bring it into view, unless it already is.

@@ -10,6 +10,7 @@ from playwright.sync_api import Page, expect
 from audit.models import AuditEvent
 from pathways.models import Pathway
 from reasoning.recording import services as recording_services
+from research_backlog.models import ResearchRequest
 from research_backlog.services import mark_claim_for_review, resolve_claim_review
 from tests.browser.conftest import DESKTOP, Screenshot
 from tests.browser.test_operator_and_patient import (
@@ -217,3 +218,72 @@ def test_the_fullest_console_fits_the_width(page: Page, screenshot: Screenshot, 
 
     screenshot(page, f"console-{viewport['width']}")
     assert_no_sideways_scroll(page)
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280", "390"])
+def test_an_empty_trigger_type_is_named_next_to_the_field(
+    page: Page, screenshot: Screenshot, page_errors: list[str], viewport: dict[str, int]
+) -> None:
+    seed_operator()
+    page.set_viewport_size({"width": viewport["width"], "height": viewport["height"]})
+    log_in(page, *OPERATOR)
+    page.goto(CONSOLE)
+    searches: list[str] = []
+    page.on("request", lambda request: searches.append(request.url) if "/candidates" in request.url else None)
+
+    page.get_by_role("button", name="Find candidates").click()
+
+    message = page.locator("#trigger_type-required")
+    expect(message).to_be_visible()
+    expect(message).to_have_text("Trigger type: enter one to find candidates, for example user_question.")
+    field = page.locator("#trigger_type")
+    expect(field).to_have_attribute("aria-invalid", "true")
+    expect(field).to_have_attribute("aria-describedby", "trigger_type-required")
+    expect(field).to_be_focused()
+    # Right above the field, within its width's reach: between its label and the box.
+    said, box = message.bounding_box(), field.bounding_box()
+    assert said is not None and box is not None
+    assert 0 <= box["y"] - (said["y"] + said["height"]) < 16, (said, box)
+    assert said["x"] < box["x"] + box["width"] and box["x"] < said["x"] + said["width"], (said, box)
+    assert in_view(page, "#trigger_type-required")
+    assert searches == [], "an empty trigger type was searched for"
+    screenshot(page, f"empty-trigger-type-{viewport['width']}")
+    assert_no_sideways_scroll(page)
+
+    # Typing clears it, and the search goes ahead.
+    field.fill(TRIGGER_TYPE)
+    expect(message).to_be_hidden()
+    expect(field).not_to_have_attribute("aria-invalid", "true")
+    page.get_by_role("button", name="Find candidates").click()
+    expect(page.locator("#candidates")).to_contain_text(f"No pathway in the library matches {TRIGGER_TYPE}")
+    assert page_errors == []
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280", "390"])
+@pytest.mark.parametrize("question", ["", "   \n  "], ids=["empty", "whitespace"])
+def test_a_blank_question_is_refused_by_the_server_and_named_on_the_page(
+    page: Page, screenshot: Screenshot, page_errors: list[str], viewport: dict[str, int], question: str
+) -> None:
+    seed_operator()
+    page.set_viewport_size({"width": viewport["width"], "height": viewport["height"]})
+    log_in(page, *OPERATOR)
+    page.goto(QUERY)  # no pathway at all: the panel offers deeper research
+    refusals: list[int] = []
+    page.on(
+        "response", lambda response: refusals.append(response.status) if "/deeper-research" in response.url else None
+    )
+
+    page.locator("#question").fill(question)
+    page.get_by_role("button", name="Trigger deeper research").click()
+
+    message = page.locator("#deeper-research-error-question")
+    expect(message).to_have_text("question: This field may not be blank.")
+    expect(message).to_be_visible()
+    assert refusals == [400]
+    expect(page.locator("#question")).to_have_attribute("aria-describedby", "deeper-research-error-question")
+    assert ResearchRequest.objects.count() == 0
+    assert not AuditEvent.objects.filter(action__startswith="admin.reasoning.research.deeper").exists()
+    message.scroll_into_view_if_needed()
+    screenshot(page, f"blank-question-{viewport['width']}")
+    assert_no_sideways_scroll(page)
+    assert page_errors == []

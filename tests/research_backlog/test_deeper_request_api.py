@@ -114,6 +114,7 @@ BAD_DEEPER_BODIES = {
     "overlong_trigger_type": ({"trigger_type": "t" * 101, "question": QUESTION}, "trigger_type"),
     "missing_question": ({"trigger_type": "user_question"}, "question"),
     "blank_question": ({"trigger_type": "user_question", "question": ""}, "question"),
+    "whitespace_question": ({"trigger_type": "user_question", "question": " \t\r\n\u00a0 "}, "question"),
     "question_2001_chars": ({"trigger_type": "user_question", "question": "q" * 2001}, "question"),
     "question_nul": ({"trigger_type": "user_question", "question": "why\x00not"}, "question"),
     "question_bell": ({"trigger_type": "user_question", "question": "why\x07not"}, "question"),

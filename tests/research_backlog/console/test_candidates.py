@@ -124,6 +124,23 @@ def test_a_trigger_type_too_long_says_so(operator_client: Client) -> None:
     assert doc(response).by_id("query-error").text == "trigger_type: must be at most 100 characters"
 
 
+def test_the_trigger_type_has_a_message_of_its_own_for_when_it_is_left_empty(operator_client: Client) -> None:
+    # static/js/console.js shows it (the browser's own bubble names no field) and points the field at it.
+    page = doc(operator_client.get(CONSOLE))
+
+    message = page.by_id("trigger_type-required")
+    assert message.text == "Trigger type: enter one to find candidates, for example user_question."
+    assert message.attrs["role"] == "alert"
+    assert "hidden" in message.attrs
+    # Between the field's label and the field.
+    (field,) = [div for div in page.one("form", action=CONSOLE).select("div") if div.has_id("trigger_type")]
+    assert [(el.tag, el.attrs.get("id", el.attrs.get("for"))) for el in field.iter()][1:] == [
+        ("label", "trigger_type"),
+        ("p", "trigger_type-required"),
+        ("input", "trigger_type"),
+    ]
+
+
 def test_empty_trigger_type_submitted_is_400_required(operator_client: Client) -> None:
     response = operator_client.get(CONSOLE, {"trigger_type": "", "trigger_ref": ""})
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from core.errors import InvalidInput
 from pathways.models import Pathway
+from research_backlog import services
 from research_backlog.models import ResearchRequest
 from tests.conftest import audit_trail_text, events
 from tests.factories import QUESTION
@@ -126,6 +128,40 @@ def test_deeper_research_rejects_a_bad_question_by_htmx_with_400(
     box = doc(response).by_id("deeper-research")
     assert [p.text for p in box.select("p", "error")] == [problem]
     assert box.one("form").attrs["hx-post"] == DEEPER  # the form comes back to correct and resend
+    assert written() == before
+
+
+def test_an_empty_question_reaches_the_server_and_is_refused_next_to_the_field(
+    operator_client: Client, library: dict[str, Pathway]
+) -> None:
+    # Not `required`: the browser's check would stop an empty question with a bubble naming no field.
+    form = deeper_form_on_page(operator_client)
+    textarea = form.one("textarea")
+    assert "required" not in textarea.attrs
+    assert textarea.attrs["aria-required"] == "true"
+    before = written()
+
+    response = submit(operator_client, form, htmx=True, question="")
+
+    assert response.status_code == 400
+    box = doc(response).by_id("deeper-research")
+    error = box.by_id("deeper-research-error-question")
+    assert error.text == "question: This field may not be blank."
+    assert box.one("textarea").attrs["aria-describedby"] == "deeper-research-error-question"
+    assert box.one("textarea").attrs["aria-invalid"] == "true"
+    assert written() == before
+
+
+@pytest.mark.parametrize("question", ["", "  \r\n\t "], ids=["empty", "whitespace"])
+def test_the_service_refuses_a_blank_question_whoever_calls_it(question: str, actor: str) -> None:
+    before = written()
+
+    with pytest.raises(InvalidInput) as refused:
+        services.request_deeper_research(
+            trigger_type="lab_result", trigger_ref="vitals/heart-rate", question=question, actor=actor
+        )
+
+    assert (refused.value.field, refused.value.status_code) == ("question", 400)
     assert written() == before
 
 
