@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import zoneinfo
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Count, Q
@@ -40,6 +40,10 @@ HOURS = 24
 
 
 DAYS = 30
+
+
+# The longest custom range (from/to on the page): a year of daily bars.
+MAX_DAYS = 366
 
 
 TOP_AGENTS = 12
@@ -139,6 +143,12 @@ class Dashboard:
     agents: tuple[AgentFlows, ...]  # the agents with the most flows, most first
     step_buckets: tuple[StepBucket, ...]
     usage: tuple[Usage, ...]  # the agent/model pairs that used the most tokens, most first
+    # How the page names the range of days and of hours: for a title ("last 30 days", "Nov 1 to
+    # Nov 15, 2026") and inside a sentence ("in the last 30 days", "from Nov 1 to Nov 15, 2026").
+    span: str = "last 30 days"
+    within: str = "in the last 30 days"
+    hours_span: str = "last 24 hours"
+    hours_within: str = "in the last 24 hours"
 
     @property
     def flows(self) -> int:
@@ -163,36 +173,66 @@ class Dashboard:
         }
 
 
-def operator_dashboard(now: datetime) -> Dashboard:
-    """The dashboard's numbers as of ``now``: five queries (see the module's docstring)."""
+def operator_dashboard(now: datetime, first: date | None = None, last: date | None = None) -> Dashboard:
+    """The dashboard's numbers as of ``now``: five queries (see the module's docstring).
+
+    The days are the last ``DAYS`` (today included), or ``first`` to ``last`` (the operator's
+    dates, both included; ``last`` defaults to today, later days are cut at today); the hours are
+    the 24 before the range's end (now, when the range ends today)."""
     zone = zoneinfo.ZoneInfo(settings.TIME_ZONE)
     local = now.astimezone(zone)
+    today = local.date()
+    custom = first is not None or last is not None
+    last = min(last or today, today)
+    first = first or last - timedelta(days=DAYS - 1)
     # Wall-clock arithmetic, as generate_series over local timestamps counts.
-    last_hour = local.replace(minute=0, second=0, microsecond=0)
+    first_day, last_day = _midnight(first, zone), _midnight(last, zone)
+    until = _midnight(last + timedelta(days=1), zone)
+    end = min(local, until - timedelta(microseconds=1))
+    last_hour = end.replace(minute=0, second=0, microsecond=0)
     first_hour = (last_hour.replace(tzinfo=None) - timedelta(hours=HOURS - 1)).replace(tzinfo=zone)
-    today = local.replace(hour=0, minute=0, second=0, microsecond=0)
-    first_day = (today.replace(tzinfo=None) - timedelta(days=DAYS - 1)).replace(tzinfo=zone)
+    labels: dict[str, str] = {}
+    if custom:
+        span = f"{_day(first)} to {_day(last)}, {last.year}" if first != last else f"{_day(last)}, {last.year}"
+        within = f"from {_day(first)} to {_day(last)}, {last.year}" if first != last else f"on {_day(last)}"
+        labels = {"span": span, "within": within}
+        if last != today:
+            labels |= {
+                "hours_span": f"last 24 hours of {_day(last)}",
+                "hours_within": f"in the last 24 hours of {_day(last)}",
+            }
     return Dashboard(
         generated_at=now,
         time_zone=settings.TIME_ZONE,
         hours=tuple(_hours(first_hour, last_hour, zone)),
-        days=tuple(_days(first_day, today, zone)),
-        agents=tuple(_agents(first_day)),
-        step_buckets=tuple(_step_buckets(first_day)),
-        usage=tuple(_usage(first_day)),
+        days=tuple(_days(first_day, last_day, zone, until)),
+        agents=tuple(_agents(first_day, until)),
+        step_buckets=tuple(_step_buckets(first_day, until)),
+        usage=tuple(_usage(first_day, until)),
+        **labels,
     )
 
 
-def _params(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> dict[str, str | datetime]:
+def _midnight(day: date, zone: zoneinfo.ZoneInfo) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=zone)
+
+
+def _day(day: date) -> str:
+    return f"{day:%b} {day.day}"
+
+
+def _params(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo, until: datetime) -> dict[str, str | datetime]:
     return {
         "first": first,
         "last": last,
+        "until": until,  # the end of the last bucket (exclusive)
         "tz": zone.key,
         **{state.value: state.value for state in STATES},
     }
 
 
 def _hours(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> list[StateCounts]:
+    until = last + timedelta(hours=1)
     with reading_connection().cursor() as cursor:
         cursor.execute(
             """
@@ -204,17 +244,17 @@ def _hours(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> list[Sta
                        count(*) FILTER (WHERE flow_state = %(completed)s) AS completed,
                        count(*) FILTER (WHERE flow_state = %(aborted)s) AS aborted,
                        count(*) FILTER (WHERE flow_state = %(active)s) AS active
-                FROM reasoning_flow WHERE created_at >= %(first)s GROUP BY 1
+                FROM reasoning_flow WHERE created_at >= %(first)s AND created_at < %(until)s GROUP BY 1
             )
             SELECT buckets.bucket, coalesce(completed, 0), coalesce(aborted, 0), coalesce(active, 0)
             FROM buckets LEFT JOIN opened USING (bucket) ORDER BY buckets.bucket
             """,
-            _params(first, last, zone),
+            _params(first, last, zone, until),
         )
         return [StateCounts(start.replace(tzinfo=zone), c, a, o) for start, c, a, o in cursor.fetchall()]
 
 
-def _days(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> list[Day]:
+def _days(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo, until: datetime) -> list[Day]:
     with reading_connection().cursor() as cursor:
         cursor.execute(
             """
@@ -232,13 +272,13 @@ def _days(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> list[Day]
                        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM closed_at - created_at)::float8)
                            AS p95,
                        sum(cost_usd)::float8 AS cost
-                FROM reasoning_flow WHERE created_at >= %(first)s GROUP BY 1
+                FROM reasoning_flow WHERE created_at >= %(first)s AND created_at < %(until)s GROUP BY 1
             )
             SELECT buckets.bucket, coalesce(completed, 0), coalesce(aborted, 0), coalesce(active, 0),
                    coalesce(blocked, 0), p50, p95, cost
             FROM buckets LEFT JOIN opened USING (bucket) ORDER BY buckets.bucket
             """,
-            _params(first, last, zone),
+            _params(first, last, zone, until),
         )
         return [
             Day(start.replace(tzinfo=zone), c, a, o, b, p50, p95, cost)
@@ -246,10 +286,10 @@ def _days(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> list[Day]
         ]
 
 
-def _agents(since: datetime) -> list[AgentFlows]:
+def _agents(since: datetime, until: datetime) -> list[AgentFlows]:
     # Counts only: percentiles per agent would double this query's time (a sort per agent).
     rows = (
-        ReasoningFlow.objects.filter(created_at__gte=since)
+        ReasoningFlow.objects.filter(created_at__gte=since, created_at__lt=until)
         .values("agent")
         .annotate(
             flows=Count("id"),
@@ -272,32 +312,32 @@ def step_bucket_labels() -> list[str]:
     return [*labels, f"{STEP_BOUNDS[-1]}+"]
 
 
-def _step_buckets(since: datetime) -> list[StepBucket]:
+def _step_buckets(since: datetime, until: datetime) -> list[StepBucket]:
     with reading_connection().cursor() as cursor:
         # width_bucket: 0 below the first bound (no steps), i for [bound i, bound i+1), the last for 64+.
         cursor.execute(
             "SELECT width_bucket(step_count, %s::int[]), count(*) FROM reasoning_flow "
-            "WHERE created_at >= %s AND flow_state <> %s GROUP BY 1",
-            [list(STEP_BOUNDS), since, ReasoningFlow.State.ACTIVE.value],
+            "WHERE created_at >= %s AND created_at < %s AND flow_state <> %s GROUP BY 1",
+            [list(STEP_BOUNDS), since, until, ReasoningFlow.State.ACTIVE.value],
         )
         counts = dict(cursor.fetchall())
     return [StepBucket(label, counts.get(i, 0)) for i, label in enumerate(step_bucket_labels())]
 
 
-def _usage(since: datetime) -> list[Usage]:
+def _usage(since: datetime, until: datetime) -> list[Usage]:
     with reading_connection().cursor() as cursor:
         cursor.execute(
             """
             SELECT agent, model, count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),
                    coalesce(sum(reasoning_tokens), 0), sum(cost_usd)::float8
             FROM reasoning_step
-            WHERE created_at >= %s
+            WHERE created_at >= %s AND created_at < %s
               AND (input_tokens IS NOT NULL OR output_tokens IS NOT NULL OR reasoning_tokens IS NOT NULL)
             GROUP BY agent, model
             ORDER BY coalesce(sum(input_tokens), 0) + coalesce(sum(output_tokens), 0)
                      + coalesce(sum(reasoning_tokens), 0) DESC, agent, model
             LIMIT %s
             """,
-            [since, TOP_USAGE],
+            [since, until, TOP_USAGE],
         )
         return [Usage(*row) for row in cursor.fetchall()]

@@ -155,7 +155,10 @@ def test_abort_and_guard_blocked_rates_by_agent(operator_client: Client, agent: 
     assert "alpha · abort rate: 25 %" in titles and "beta · guard-blocked rate: 50 %" in titles
     # Each agent links to its flows of the same 30 days on the flow list (durations are there).
     link = page.one("figure", data_chart="rates").one("tr", data_row="alpha").one("a").attrs["href"]
-    assert link == "/dashboard/admin/reasoning/flows?agent=alpha&created_after=2026-11-01T00%3A00%3A00%2B00%3A00"
+    assert link == (
+        "/dashboard/admin/reasoning/flows?agent=alpha&created_after=2026-11-01T00%3A00%3A00%2B00%3A00"
+        "&created_before=2026-12-01T00%3A00%3A00%2B00%3A00"
+    )
     flows = parse(operator_client.get(link).content).select("tr")
     assert len([row for row in flows if "data-flow" in row.attrs]) == 4
     assert page.one(data_total="flows").text == "7"
@@ -385,3 +388,46 @@ def test_a_second_look_within_a_minute_is_served_from_the_cache(
     assert touched == []
     frozen.shift(timedelta(seconds=61))
     assert dashboard(operator_client).one(data_total="flows").text == "2"
+
+
+def test_a_custom_range_of_days_charts_those_days_only(operator_client: Client, agent: APIClient, frozen: Any) -> None:
+    ingest(agent, at=NOW - timedelta(days=40))  # Oct 21
+    ingest(agent, at=NOW - timedelta(days=38))  # Oct 23
+    ingest(agent, at=NOW - timedelta(hours=1))  # today, outside the range
+
+    response = operator_client.get(PAGE, {"from": "2026-10-20", "to": "2026-10-25"})
+    page = parse(response.content)
+
+    days = table(page, "daily")
+    assert list(days) == [f"2026-10-{day}" for day in range(20, 26)]
+    assert days["2026-10-21"][-1] == "1" and days["2026-10-23"][-1] == "1"
+    assert page.one(data_total="flows").text == "2"
+    figure = page.one("figure", data_chart="daily")
+    assert "Oct 20 to Oct 25, 2026" in figure.text
+    # The hours are the range's last day's.
+    assert "last 24 hours of Oct 25" in page.one("figure", data_chart="hourly").text
+    assert page.one("input", name="from").attrs["value"] == "2026-10-20"
+
+    week = parse(operator_client.get(PAGE, {"days": "7"}).content)
+    assert len(table(week, "daily")) == 7 and week.one(data_total="flows").text == "1"
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ({"from": "2026-11-10", "to": "2026-11-01"}, "to: must not be before from"),
+        ({"from": "last week"}, "from: must be a date"),
+        ({"days": "12"}, "days: must be one of 7, 30, 90"),
+        ({"from": "2024-01-01", "to": "2026-11-01"}, "to: the range may span at most 366 days"),
+    ],
+)
+def test_a_bad_range_is_named_and_the_default_days_shown(
+    operator_client: Client, agent: APIClient, frozen: Any, query: dict[str, str], says: str
+) -> None:
+    ingest(agent, at=NOW - timedelta(hours=1))
+    response = operator_client.get(PAGE, query)
+
+    assert response.status_code == 200
+    page = parse(response.content)
+    assert says in page.one("p", cls="error").text
+    assert len(table(page, "daily")) == 30
