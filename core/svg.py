@@ -102,11 +102,11 @@ def share(value: float) -> str:
 
 
 def usd(value: float) -> str:
-    """A cost in US dollars for reading: cents from a dollar ("$1.23", "$1,234.50"), two significant
-    digits below ("$0.0035", "$0.42"), and a cost that is not zero never reads "$0.00"."""
+    """A cost in US dollars for reading: cents from a cent ("$1.23", "$1,234.50", "$0.05"), two
+    significant digits below ("$0.0035"), and a cost that is not zero never reads "$0.00"."""
     if value == 0:
         return "$0"
-    if abs(value) >= 1:
+    if abs(value) >= 0.01:
         return f"${value:,.2f}"
     if abs(value) < 0.000001:
         return "<$0.000001"

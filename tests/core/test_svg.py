@@ -76,3 +76,19 @@ def test_a_share_that_is_not_zero_never_reads_zero() -> None:
         "17 %",
         "100 %",
     ]
+
+
+def test_a_cost_reads_in_cents_or_two_significant_digits_and_never_zero_when_it_is_not() -> None:
+    assert [svg.usd(v) for v in (0, 0.004375, 0.05, 0.42, 1.5, 1234.5)] == [
+        "$0",
+        "$0.0044",
+        "$0.05",
+        "$0.42",
+        "$1.50",
+        "$1,234.50",
+    ]
+    assert svg.usd(1e-9) == "<$0.000001"
+
+
+def test_token_counts_read_with_separators_and_millions_short() -> None:
+    assert [svg.tokens(v) for v in (812, 12_400, 1_234_567, 5_000_000)] == ["812", "12,400", "1.2M", "5M"]

@@ -147,7 +147,7 @@ def test_sessions_and_a_session_show_their_tokens_and_cost(operator_client: Clie
         for row in page.one("table", "session-decisions").select("tr")
         if "data-flow" in row.attrs
     ]
-    assert costs == ["$0.35", "$0.060"]
+    assert costs == ["$0.35", "$0.06"]
 
 
 def test_a_window_keeps_the_sessions_with_a_decision_in_it(operator_client: Client) -> None:
