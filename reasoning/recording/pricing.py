@@ -12,8 +12,8 @@ Token semantics are OpenTelemetry's (``gen_ai.usage.*``): ``cached_tokens`` are 
 
 The usual price, one rate per million tokens for input, cached input and output, is computed here
 in a few operations; any other shape (prices by tier of prompt length) goes through the package's
-own calculation (about 70 µs a call). ``tests/reasoning/recording/test_pricing.py`` checks that both
-agree on every model of the table.
+own calculation (about 25 µs a call; the flat rates take about 2 µs). ``tests/reasoning/recording/test_cost.py``
+checks that both agree on every model of the table.
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.utils import timezone
-from genai_prices import Usage, data_snapshot
-from genai_prices.types import ModelPrice
+
+if TYPE_CHECKING:
+    from genai_prices.types import ModelPrice
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ def step_cost(
         cost = price.cost(inputs, outputs, cached)
     else:
         try:
+            from genai_prices import Usage  # loaded with the table (price_of)
+
             usage = Usage(input_tokens=inputs, output_tokens=outputs, cache_read_tokens=cached)
             cost = price.calc_price(usage)["total_price"]
         except Exception:  # a price the package cannot apply is no price, never a failed write
@@ -89,6 +93,11 @@ def price_of(model: str, day: date) -> Rates | ModelPrice | None:
             override["output_mtok"],
             override.get("cache_read_mtok", override["input_mtok"]),
         )
+    # Imported on the first price looked up, not with the write path: the package and its table
+    # are ~25 MB and ~40,000 objects per process (more for the garbage collector to walk), which a
+    # worker that never sees a model call should not carry.
+    from genai_prices import data_snapshot
+
     try:
         _, info = data_snapshot.get_snapshot().find_provider_model(name, None, None, None)
     except LookupError:
