@@ -236,21 +236,30 @@ def _item_needs_digit(op: Any, av: Any) -> bool:
 
 def _needs_text(parsed: Any) -> list[frozenset[str]]:
     """What every match of the parsed pattern contains, as a list of "one of these strings"
-    (lower-case ASCII). Conservative: only runs of literal ASCII characters count, a run is
-    cut at anything else, and a branch counts only when each of its arms needs something."""
+    (lower-case ASCII). Conservative: only runs of literal ASCII characters count (a class of
+    one letter's cases, ``[Mm]``, is that letter; an optional one, ``\\.?``, makes each run with
+    and without it), a run is cut at anything else, and a branch counts only when each of its
+    arms needs something."""
     needs: list[frozenset[str]] = []
-    run: list[str] = []
+    run: set[str] = {""}  # the strings the literals since the last cut can spell
 
     def end_run() -> None:
-        if run:
-            needs.append(frozenset({"".join(run).lower()}))
-            run.clear()
+        nonlocal run
+        if "" not in run:  # a run of optional characters only needs nothing
+            needs.append(frozenset(spelling.lower() for spelling in run))
+        run = {""}
 
     c = _constants
     for op, av in parsed:
-        if op is c.LITERAL and av < 128:
-            run.append(chr(av))
+        char = _literal_char(op, av)
+        if char is not None:
+            run = {spelling + char for spelling in run}
             continue
+        if op in _REPEATS and av[0] == 0 and av[1] == 1 and len(av[2]) == 1:
+            char = _literal_char(*av[2][0])
+            if char is not None and len(run) <= _MAX_SPELLINGS // 2:
+                run |= {spelling + char for spelling in run}
+                continue
         end_run()
         if op is c.SUBPATTERN:
             needs.extend(_needs_text(av[-1]))
@@ -269,6 +278,23 @@ def _needs_text(parsed: Any) -> list[frozenset[str]]:
                 needs.append(frozenset().union(*(max(arm, key=lambda o: min(map(len, o))) for arm in arms)))
     end_run()
     return needs
+
+
+# Beyond this many spellings a run is cut instead of growing (each optional character doubles them).
+_MAX_SPELLINGS = 16
+
+
+def _literal_char(op: Any, av: Any) -> str | None:
+    """The lower-case ASCII character an item matches on an ASCII text, if it is one:
+    a literal, or a class of one letter's cases (``[Mm]``)."""
+    c = _constants
+    if op is c.LITERAL and av < 128:
+        return chr(av).lower()
+    if op is c.IN and av and all(kind is c.LITERAL and value < 128 for kind, value in av):
+        lowered = {chr(value).lower() for _, value in av}
+        if len(lowered) == 1:
+            return lowered.pop()
+    return None
 
 
 # Shared fragments.
