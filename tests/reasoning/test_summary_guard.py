@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -506,3 +507,102 @@ def test_prefilters_never_change_a_verdict(text: str) -> None:
         summary_guard._QUICK_REFUSAL = True
 
     assert filtered == unfiltered, text
+
+
+# --- The one-pass refusal (one automaton over every rule's needles) gives the same verdicts -------------
+
+
+def _verdicts(text: str) -> tuple[GuardResult, GuardResult, GuardResult]:
+    """The verdict three ways: as callers get it (the automaton's one pass decides which
+    alternatives run), with each alternative's own ``may_match`` (the substring checks the one
+    pass replaced), and with every alternative run on every text."""
+    from reasoning import summary_guard
+
+    one_pass = summary_guard.check_summary(text)
+    summary_guard._QUICK_REFUSAL = False
+    try:
+        per_alternative = summary_guard.check_summary(text)
+        with mock.patch.object(summary_guard._Prefilter, "may_match", lambda self, text, lowered, has_digit: True):
+            unfiltered = summary_guard.check_summary(text)
+    finally:
+        summary_guard._QUICK_REFUSAL = True
+    return one_pass, per_alternative, unfiltered
+
+
+def _demo_summaries() -> list[str]:
+    from reasoning.management import demo_flows
+
+    texts = [demo_flows.UNSAFE_SUMMARY, demo_flows.UNSAFE_VALUE_SUMMARY]
+    for agent in demo_flows.AGENTS.values():
+        for topic in agent.topics:
+            texts += [topic.trigger, topic.verdict, topic.outcome]
+            texts += [step.summary.format(focus=topic.focus) for step in agent.plan]
+    return texts
+
+
+def test_one_pass_refusal_keeps_every_verdict_of_the_demo_and_the_corpus() -> None:
+    texts = _demo_summaries() + SAFE + [text for text, _ in UNSAFE + LOOKALIKES + CASE_VARIANTS]
+    assert len(texts) > 300
+    differing = [text for text in texts if len(set(_verdicts(text))) != 1]
+    assert differing == []
+
+
+# Pieces that hold needles inside, beside or over one another ("mrs" holds "mr", "ms" and "rs"),
+# with and without optional dots ("d.o.b", "y.o."), and words that hold a needle without being PHI.
+_NEEDLE_PIECES = [
+    "mrs",
+    "MRS.",
+    "Mister",
+    "ms.",
+    "mx",
+    "Dr",
+    "d.o.b",
+    "do.b.",
+    "DOB:",
+    "m.r.n",
+    "MRN12345",
+    "med.rec",
+    "y.o.",
+    "y/o",
+    "yrs",
+    "capsules",
+    "breaths",
+    "birthday",
+    "icd-10",
+    "E11.9",
+    "e11.65",
+    "MA",
+    "ma",
+    "02139",
+    "1962-03-14",
+    "4/5/62",
+    "100%",
+    "symptoms",
+    "items",
+    "hundred",
+    "drafted",
+    "reason",
+    "prompt",
+    "named",
+    "(at)",
+]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(_FRAGMENTS),
+            st.sampled_from(_WORDS + _NEEDLE_PIECES),
+            st.sampled_from(SAFE),
+            st.text(alphabet="abdmorsxyMRSDOB0123456789./-:# ", max_size=8),
+            st.text(alphabet=st.characters(codec="utf-8"), max_size=4),
+        ),
+        max_size=10,
+    )
+    .flatmap(lambda parts: st.sampled_from([" ", "", ", "]).map(lambda sep: sep.join(parts)))
+    .flatmap(lambda text: st.sampled_from([text, text.upper(), text.lower(), text.title()]))
+)
+def test_one_pass_refusal_keeps_every_verdict(text: str) -> None:
+    one_pass, per_alternative, unfiltered = _verdicts(text)
+    assert one_pass == per_alternative == unfiltered, text

@@ -1,0 +1,94 @@
+"""The summary guard in process (issue 42): microseconds per text for safe and unsafe summaries.
+
+No server and no database: Django is set up only because the guard's module imports the
+project's serializer helpers. The corpus is the demo's summaries (every topic's trigger, verdict
+and outcome, every step of every plan with each topic's focus) and the guard tests' safe and
+unsafe summaries, lookalikes and case variants. Each text is checked ``--loops`` times in a
+row per repetition; the figure is the median over ``--repeat`` repetitions of the mean time per
+text, one ``guard_us_per_text.<corpus>=<value>`` line per corpus. ``--profile`` prints a cProfile
+of the safe corpus instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def demo_summaries() -> list[str]:
+    from reasoning.management import demo_flows
+
+    texts: list[str] = [demo_flows.UNSAFE_SUMMARY, demo_flows.UNSAFE_VALUE_SUMMARY]
+    for agent in demo_flows.AGENTS.values():
+        for topic in agent.topics:
+            texts += [topic.trigger, topic.verdict, topic.outcome]
+            texts += [step.summary.format(focus=topic.focus) for step in agent.plan]
+    return list(dict.fromkeys(texts))
+
+
+def test_summaries() -> tuple[list[str], list[str]]:
+    from tests.reasoning import test_summary_guard as cases
+
+    unsafe = [text for text, _ in cases.UNSAFE + cases.LOOKALIKES + cases.CASE_VARIANTS]
+    return list(cases.SAFE), unsafe
+
+
+def corpora() -> dict[str, list[str]]:
+    from reasoning.summary_guard import check_summary
+
+    demo = demo_summaries()
+    safe_tests, unsafe_tests = test_summaries()
+    safe = [text for text in dict.fromkeys(demo + safe_tests) if check_summary(text).ok]
+    unsafe = [text for text in dict.fromkeys(demo + unsafe_tests) if not check_summary(text).ok]
+    return {"safe": safe, "safe_ascii": [text for text in safe if text.isascii()], "unsafe": unsafe}
+
+
+def time_per_text(check: Callable[[str], object], texts: Sequence[str], loops: int) -> float:
+    """Mean microseconds per text over ``loops`` passes of the corpus."""
+    start = time.perf_counter()
+    for _ in range(loops):
+        for text in texts:
+            check(text)
+    return (time.perf_counter() - start) / (loops * len(texts)) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=7, help="repetitions; the median is printed")
+    parser.add_argument("--loops", type=int, default=200, help="passes over the corpus per repetition")
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of the safe corpus")
+    args = parser.parse_args()
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from reasoning.summary_guard import check_summary
+
+    texts = corpora()
+    for name, corpus in texts.items():
+        print(f"corpus.{name}.texts={len(corpus)}")
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.runcall(time_per_text, check_summary, texts["safe"], args.loops)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        return
+    for name, corpus in texts.items():
+        time_per_text(check_summary, corpus, 5)  # warm the caches
+        samples = [time_per_text(check_summary, corpus, args.loops) for _ in range(args.repeat)]
+        print(f"guard_us_per_text.{name}={statistics.median(samples):.1f}")
+
+
+if __name__ == "__main__":
+    main()
