@@ -106,10 +106,12 @@ $(BENCH_TOOLS)/bin/py-spy:
 	$(PYTHON) -m venv $(BENCH_TOOLS)
 	$(BENCH_TOOLS)/bin/pip install --quiet --disable-pip-version-check py-spy
 
-# The write path, OTLP ingest, then the matcher (100k pathways; BENCH_LARGE=1 for 1M).
+# The write path, OTLP ingest (10 and 1 flows a request), then the matcher (100k pathways; BENCH_LARGE=1
+# for 1M), … Each figure is compared with bench/baseline.txt: one 15 % worse is printed as REGRESSION.
 bench: db wrk $(BENCH_TOOLS)/bin/py-spy
 	$(BIN)/python bench/bench_write_path.py
 	$(BIN)/python bench/bench_ingest.py
+	$(BIN)/python bench/bench_ingest.py --flows-per-request 1
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python bench/bench_matcher.py
 	$(BIN)/python bench/bench_flow_list.py
 	$(BIN)/python bench/bench_export.py

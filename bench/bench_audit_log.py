@@ -53,6 +53,7 @@ from bench_common import (
     manage,
     percentile,
     recreate_database,
+    report,
     server_url,
     wait_until_up,
     with_database,
@@ -446,7 +447,7 @@ def main() -> int:
         if not args.keep_db:
             drop_database(url, BENCH_DB)
     print(machine())
-    print(
+    report(
         f"proofs_per_s={par.requests / elapsed:.0f} proofs_p95_ms={percentile(seq.latencies, 95) * 1000:.1f} "
         f"verify_events_per_s={verify:.0f} sha256_events_per_s={sha:.0f} verify_ratio={verify / sha:.2f} "
         f"events={args.events}"

@@ -108,3 +108,61 @@ def percentile(values: Sequence[float], pct: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(pct / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+# --- Figures against the accepted baseline ------------------------------------------------------
+
+BASELINE = ROOT / "bench" / "baseline.txt"
+# A figure this much worse than its baseline is called out (benchmarks on a shared VM move ±10 %).
+TOLERANCE = 0.15
+# Figures where more is better; every other figure (a time, a size, CPU per unit) is better lower.
+_HIGHER_IS_BETTER = re.compile(r"(_per_s|ratio|recall_at_\d+)$")
+# Not figures: what was measured (a workload's size, its shape). A figure is compared only with
+# the baseline line measured the same way.
+CONTEXT_KEYS = frozenset({"flows", "flows_per_request", "pathways", "events", "sessions", "size", "requests"})
+_PAIR = re.compile(r"([a-z][a-z0-9_]*)=([-+]?\d+(?:\.\d+)?)")
+
+
+def figures_of(line: str) -> tuple[dict[str, float], dict[str, float]]:
+    """A ``key=value`` line's figures and its context (``CONTEXT_KEYS``)."""
+    pairs = {key: float(value) for key, value in _PAIR.findall(line)}
+    context = {key: value for key, value in pairs.items() if key in CONTEXT_KEYS}
+    return {key: value for key, value in pairs.items() if key not in CONTEXT_KEYS}, context
+
+
+def baseline_lines(path: Path = BASELINE) -> list[tuple[dict[str, float], dict[str, float]]]:
+    """The accepted figures: ``bench/baseline.txt``, one benchmark line per line (``#`` comments)."""
+    if not path.exists():
+        return []
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [figures_of(line) for line in lines if line]
+
+
+def regressions(line: str, baseline: Sequence[tuple[dict[str, float], dict[str, float]]]) -> list[str]:
+    """What in ``line`` is more than ``TOLERANCE`` worse than the baseline line measured the same way."""
+    found, context = figures_of(line)
+    said = []
+    for accepted, accepted_context in baseline:
+        if accepted_context != context:
+            continue
+        for key, value in found.items():
+            base = accepted.get(key)
+            if base is None or base == 0:
+                continue
+            change = (value - base) / abs(base)
+            worse = -change if _HIGHER_IS_BETTER.search(key) else change
+            if worse > TOLERANCE:
+                said.append(
+                    f"REGRESSION {key}={value:g}: {worse:.0%} worse than the baseline's {base:g} "
+                    f"(bench/baseline.txt; tolerance {TOLERANCE:.0%})"
+                )
+    return said
+
+
+def report(line: str) -> list[str]:
+    """Print a benchmark's ``key=value`` line, then any figure more than 15 % worse than its baseline."""
+    print(line, flush=True)
+    said = regressions(line, baseline_lines())
+    for message in said:
+        print(message, flush=True)
+    return said

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 
 import psycopg
-from bench_common import ROOT, child_env, drop_database, manage, recreate_database, server_url, with_database
+from bench_common import ROOT, child_env, drop_database, manage, recreate_database, report, server_url, with_database
 
 BENCH_DB = "rft_bench_drift"
 
@@ -157,7 +157,7 @@ def main() -> int:
     print(f"  session aggregates (one query): {query_seconds * 1000:.0f} ms")
     print(f"  whole job (read, judge, store {sessions} reports with their audit events): {job_seconds:.2f} s")
     print("  levels: " + ", ".join(f"{level} {count}" for level, count in sorted(levels.items())))
-    print(f"drift_agents_per_s={agents / job_seconds:.0f} sessions={sessions}")
+    report(f"drift_agents_per_s={agents / job_seconds:.0f} sessions={sessions}")
     return 0
 
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import psycopg
-from bench_common import ROOT, child_env, drop_database, manage, recreate_database, server_url, with_database
+from bench_common import ROOT, child_env, drop_database, manage, recreate_database, report, server_url, with_database
 
 BENCH_DB = "rft_bench_export"
 STEPS_PER_FLOW = 5
@@ -193,7 +193,7 @@ def main() -> int:
         if not args.keep_db:
             drop_database(url, BENCH_DB)
     for size, rate, rss in results:
-        print(f"export_rows_per_s={rate:.0f} peak_rss_mib={rss:.0f} flows={size}")
+        report(f"export_rows_per_s={rate:.0f} peak_rss_mib={rss:.0f} flows={size}")
     return 0
 
 

@@ -29,7 +29,7 @@ import sys
 import time
 
 import psycopg
-from bench_common import ROOT, child_env, drop_database, manage, recreate_database, server_url, with_database
+from bench_common import ROOT, child_env, drop_database, manage, recreate_database, report, server_url, with_database
 
 BENCH_DB = "rft_bench_list"
 
@@ -157,9 +157,9 @@ def main() -> int:
     for name, times in timings.items():
         shown = VIEWS.get(name, VIEWS["filtered"] if name.endswith("filtered") else {}) or "(no filter)"
         print(f"  {name:16s} {shown}: p50 {statistics.median(times):.1f} ms, p95 {p95(times):.1f} ms")
-    print(f"flow_list_words_p95_ms={p95(timings['words']):.0f}")
+    report(f"flow_list_words_p95_ms={p95(timings['words']):.0f} flows={args.flows}")
     worst = max(p95(timings["default"]), p95(timings["filtered"]))
-    print(f"flow_list_p95_ms={worst:.0f} flows={args.flows}")
+    report(f"flow_list_p95_ms={worst:.0f} flows={args.flows}")
     return 0
 
 

@@ -19,7 +19,14 @@
    timestamptz, the workload's ~530-byte attribute JSON as jsonb), 100 rows per transaction,
    from one client.
 6. Verifies the audit chain, prints the rates and their ratio as
-   ``ingest_spans_per_s=<n> raw_batched_rows_per_s=<n> ratio=<r>``, drops the database.
+   ``ingest_spans_per_s=<n> raw_batched_rows_per_s=<n> ratio=<r> flows_per_request=<n>``, and the
+   CPU the workload cost per span, in all and by component (the web workers, PostgreSQL, the audit
+   chainer) as ``ingest_server_cpu_ms_per_span=<n> ingest_web_cpu_ms_per_span=<n> …``, each against
+   ``bench/baseline.txt`` (a figure 15 % worse is called out); drops the database.
+
+While the workload runs, the active sessions of the bench database in ``pg_stat_activity`` are
+sampled every 50 ms: the wait events they spend their time in (``CPU`` when none) are printed, the
+lock waits among them, and the mean number of busy backends, to show what serialises writers.
 
 Run with ``make bench``.
 """
@@ -38,8 +45,10 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -54,6 +63,7 @@ from bench_common import (
     manage,
     percentile,
     recreate_database,
+    report,
     server_url,
     wait_until_up,
     with_database,
@@ -313,6 +323,61 @@ def send_all(port: int, token: str, bodies: list[tuple[int, bytes]], clients: in
     return result
 
 
+def postmaster_pid(url: str) -> int | None:
+    """The PostgreSQL server's main process, when it runs on this machine (its data directory's
+    ``postmaster.pid``); None for a server elsewhere or a role that may not read the setting."""
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute("SHOW data_directory").fetchone()
+        return int((Path(row[0]) / "postmaster.pid").read_text().split()[0]) if row else None
+    except (psycopg.Error, OSError, ValueError, IndexError):
+        return None
+
+
+class WaitSampler(threading.Thread):
+    """Samples what the bench database's busy sessions wait on (``pg_stat_activity``) until stopped."""
+
+    def __init__(self, url: str, database: str, interval: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.url, self.database, self.interval = url, database, interval
+        self.waits: Counter[str] = Counter()
+        self.samples = 0
+        self.busy = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self._halt.wait(self.interval):
+                rows = conn.execute(
+                    "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'), state FROM pg_stat_activity"
+                    " WHERE datname = %s AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                    " AND state NOT IN ('idle')",
+                    [self.database],
+                ).fetchall()
+                self.samples += 1
+                for wait, state in rows:
+                    self.waits[wait if state == "active" else f"{state} ({wait})"] += 1
+                    self.busy += 1
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5)
+
+    def summary(self) -> list[str]:
+        total = sum(self.waits.values())
+        if not total:
+            return ["  waits: no busy session was sampled"]
+        lines = [
+            f"  waits of the busy sessions ({self.samples} samples, {self.busy / max(self.samples, 1):.2f} busy on"
+            " average):"
+        ]
+        for wait, count in self.waits.most_common(8):
+            lines.append(f"    {count / total:6.1%}  {wait}")
+        locks = sum(count for wait, count in self.waits.items() if wait.startswith("Lock:") or "(Lock:" in wait)
+        lines.append(f"    lock waits: {locks / total:.1%} of the busy samples")
+        return lines
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """User + system CPU of a process and its live descendants (gunicorn's master and workers)."""
     root = psutil.Process(pid)
@@ -426,9 +491,15 @@ def main() -> int:
             f"[3/5] OTLP: {len(bodies)} requests of {args.flows_per_request} flows from {args.clients} clients",
             flush=True,
         )
-        cpu_before = tree_cpu_seconds(gunicorn.pid)
+        postgres = postmaster_pid(bench_url)
+        components = {"web": gunicorn.pid, "chainer": procs[1].pid, **({"pg": postgres} if postgres else {})}
+        before = {name: tree_cpu_seconds(pid) for name, pid in components.items()}
+        sampler = WaitSampler(bench_url, BENCH_DB)
+        sampler.start()
         result = send_all(port, token, bodies, args.clients)
-        cpu = tree_cpu_seconds(gunicorn.pid) - cpu_before
+        sampler.stop()
+        used = {name: tree_cpu_seconds(pid) - before[name] for name, pid in components.items()}
+        cpu = used["web"]
         counts = stored_counts(bench_url)
     finally:
         for proc in procs:
@@ -440,6 +511,15 @@ def main() -> int:
         sys.exit(f"no request succeeded: {result.first_error}")
     print(f"  {describe(result, result.seconds)}", flush=True)
     print(f"  server CPU: {cpu:.1f} s for {result.spans} spans ({cpu * 1000 / result.spans:.2f} ms/span)", flush=True)
+    print(
+        "  CPU by component: "
+        + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in used.items())
+        + ("" if "pg" in used else " (PostgreSQL runs elsewhere: not measured)")
+        + f"; wall {result.seconds:.1f} s on {psutil.cpu_count()} cores",
+        flush=True,
+    )
+    for line in sampler.summary():
+        print(line, flush=True)
     if result.errors:
         print(f"  first error: {result.first_error}", flush=True)
 
@@ -466,7 +546,14 @@ def main() -> int:
     if not args.keep_db:
         drop_database(url, BENCH_DB)
     rate = total_spans / result.seconds
-    print(f"ingest_spans_per_s={rate:.0f} raw_batched_rows_per_s={raw_rate:.0f} ratio={rate / raw_rate:.3f}")
+    shape = f"flows_per_request={args.flows_per_request}"
+    report(f"ingest_spans_per_s={rate:.0f} raw_batched_rows_per_s={raw_rate:.0f} ratio={rate / raw_rate:.3f} {shape}")
+    per_span = {name: seconds * 1000 / result.spans for name, seconds in used.items()}
+    report(
+        f"ingest_server_cpu_ms_per_span={sum(per_span.values()):.3f} "
+        + " ".join(f"ingest_{name}_cpu_ms_per_span={value:.3f}" for name, value in per_span.items())
+        + f" {shape}"
+    )
     return 0
 
 

@@ -61,6 +61,7 @@ from bench_common import (
     manage,
     percentile,
     recreate_database,
+    report,
     server_url,
     wait_until_up,
     with_database,
@@ -849,7 +850,7 @@ def main() -> int:
         scope = "" if count == 100_000 else f" (targets are for 100k; this run has {count:,})"
         print(f"  targets: {'; '.join(verdicts)}{scope}")
         print("  (match = BEGIN, SET LOCALs, SELECT, COMMIT as the matcher issues it; route = client-side HTTP time)")
-        print(f"match_p95_ms={match_p95:.2f} route_p95_ms={route_p95:.2f} recall_at_10={recall:.3f} pathways={count}")
+        report(f"match_p95_ms={match_p95:.2f} route_p95_ms={route_p95:.2f} recall_at_10={recall:.3f} pathways={count}")
     finally:
         if not args.keep_db:
             drop_database(url, BENCH_DB)

@@ -36,6 +36,7 @@ from bench_common import (
     gunicorn_command,
     manage,
     recreate_database,
+    report,
     server_url,
     wait_until_up,
     with_database,
@@ -165,7 +166,7 @@ def main() -> int:
         drop_database(url, BENCH_DB)
     single, batch = step_rate(results["single"]), step_rate(results["batch"])
     print(f"one request per step: step_writes_per_s={single:.0f} ratio={single / raw_rate:.3f}")
-    print(f"step_writes_per_s={batch:.0f} raw_inserts_per_s={raw_rate:.0f} ratio={batch / raw_rate:.3f}")
+    report(f"step_writes_per_s={batch:.0f} raw_inserts_per_s={raw_rate:.0f} ratio={batch / raw_rate:.3f}")
     return 1 if any(result["errors"] for result in results.values()) else 0
 
 
