@@ -451,6 +451,13 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers (default 3)")
     parser.add_argument("--raw-seconds", type=float, default=10.0, help="seconds of raw INSERT loop (default 10)")
     parser.add_argument("--keep-db", action="store_true", help=f"leave the {BENCH_DB} database for inspection")
+    parser.add_argument(
+        "--setup-sql",
+        action="append",
+        default=[],
+        help="an SQL statement run on the bench database after migrating (repeatable): an experiment, e.g. "
+        "'DROP INDEX reasoning_flow_words' to see what an index costs; its figures are not the product's",
+    )
     args = parser.parse_args()
 
     url = server_url()
@@ -460,6 +467,11 @@ def main() -> int:
     print(f"[1/5] creating database {BENCH_DB} and migrating", flush=True)
     recreate_database(url, BENCH_DB)
     manage(env, "migrate", "--no-input")
+    if args.setup_sql:
+        with psycopg.connect(bench_url, autocommit=True) as conn:
+            for statement in args.setup_sql:
+                print(f"  experiment: {statement}", flush=True)
+                conn.execute(statement)  # the operator's own statement
     token = create_token(env, "bench-ingest", "reasoning.write,reasoning.admin")
 
     flows = generate(args.flows, SEED)
