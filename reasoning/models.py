@@ -22,6 +22,14 @@ def user_pseudonym(user_id: str) -> str:
     return salted_hmac("reasoning.user_ref", user_id, algorithm="sha256").hexdigest()[:32]
 
 
+def total_tokens(input_tokens: int | None, output_tokens: int | None) -> int | None:
+    """Tokens in and out together, as the pages count a flow's, a session's or an agent's usage;
+    None when neither was reported (unknown is not zero)."""
+    if input_tokens is None and output_tokens is None:
+        return None
+    return (input_tokens or 0) + (output_tokens or 0)
+
+
 class FlowQuerySet(models.QuerySet["ReasoningFlow"]):
     def active(self) -> FlowQuerySet:
         return self.filter(flow_state=ReasoningFlow.State.ACTIVE)

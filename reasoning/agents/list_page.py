@@ -23,6 +23,7 @@ from core import svg
 from core.access import operator_required
 from reasoning.agents import queries
 from reasoning.agents.drift import pill
+from reasoning.models import total_tokens
 
 SPARK_SESSIONS = 20
 SPARK_WIDTH = 120
@@ -56,9 +57,7 @@ class AgentRow:
 
     @property
     def tokens(self) -> int | None:
-        if self.input_tokens is None and self.output_tokens is None:
-            return None
-        return (self.input_tokens or 0) + (self.output_tokens or 0)
+        return total_tokens(self.input_tokens, self.output_tokens)
 
     @property
     def accuracy(self) -> float | None:

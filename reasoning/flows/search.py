@@ -53,7 +53,7 @@ from core.cursors import decode_cursor, encode_cursor, moment
 from core.errors import InvalidInput
 from core.labels import LABEL_PATTERN, label_validator
 from core.replica import reading_connection
-from reasoning.models import ReasoningFlow, ReasoningStep, user_pseudonym
+from reasoning.models import ReasoningFlow, ReasoningStep, total_tokens, user_pseudonym
 
 LABEL_RE = re.compile(LABEL_PATTERN)
 MAX_TEXT = 100
@@ -424,7 +424,5 @@ def flow_row(flow: ReasoningFlow, now: datetime) -> dict[str, Any]:
         "duration": (end - flow.created_at).total_seconds(),
         "running": flow.closed_at is None,
         # In and out, as the tokens sort counts them; None when no step reported either.
-        "tokens": None
-        if flow.input_tokens is None and flow.output_tokens is None
-        else (flow.input_tokens or 0) + (flow.output_tokens or 0),
+        "tokens": total_tokens(flow.input_tokens, flow.output_tokens),
     }

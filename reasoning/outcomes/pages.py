@@ -24,7 +24,7 @@ from core.actors import actor_for
 from core.errors import InvalidInput, NotFound
 from core.pages import time_range_values, with_time_range
 from reasoning.agents.drift import level_label, pill
-from reasoning.models import DriftReport
+from reasoning.models import DriftReport, total_tokens
 from reasoning.outcomes.services import read_session_replay
 from reasoning.outcomes.sessions import SessionPage, SessionSummary, check_session_id, session_summaries
 
@@ -46,9 +46,7 @@ def _row(summary: SessionSummary, levels: list[tuple[str, str]]) -> dict[str, An
         "summary": summary,
         "url": reverse("admin-session-page", args=[summary.session_id]),
         "duration": (summary.last_at - summary.first_at).total_seconds(),
-        "tokens": None
-        if summary.input_tokens is None and summary.output_tokens is None
-        else (summary.input_tokens or 0) + (summary.output_tokens or 0),
+        "tokens": total_tokens(summary.input_tokens, summary.output_tokens),
         "drift": [
             {"agent": agent, "level": level, "label": level_label(level), "pill": pill(level)}
             for agent, level in levels

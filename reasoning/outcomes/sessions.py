@@ -261,7 +261,7 @@ class SessionPage:
         return {name: value for name, value in out.items() if value}
 
     def _since(self) -> datetime | None:
-        starts = [moment for moment in (self.created_after,) if moment is not None]
+        starts = [self.created_after] if self.created_after is not None else []
         if self.period:
             starts.append(timezone.now() - SESSION_PERIODS[self.period])
         return max(starts, default=None)

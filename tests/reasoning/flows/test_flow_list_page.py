@@ -78,6 +78,20 @@ def api_ids(response: Any) -> list[str]:
     return [item["id"] for item in response.json()]
 
 
+def one_at_a_time(operator: APIClient, sort: str) -> list[str]:
+    """Every flow id the API lists in ``sort`` order, one page of one flow at a time (the cursors)."""
+    seen: list[str] = []
+    params: dict[str, str] = {"sort": sort, "limit": "1"}
+    for _ in range(10):
+        response = operator.get(API, params)
+        seen += api_ids(response)
+        cursor = response.headers.get("X-Next-Cursor")
+        if not cursor:
+            break
+        params["cursor"] = cursor
+    return seen
+
+
 def test_operators_see_the_newest_flows_first_with_their_facts(operator_client: Client, agent: APIClient) -> None:
     older = ingest_flow(agent, ago=timedelta(hours=2), trigger_ref="bench/run-1/case-1")
     newer = ingest_flow(agent, ago=timedelta(minutes=3), seconds=None, steps=1)
@@ -183,17 +197,7 @@ def test_sorts_page_through_every_flow_once(
     }
     names = {flow_id: name for name, flow_id in made.items()}
 
-    seen: list[str] = []
-    params: dict[str, str] = {"sort": sort, "limit": "1"}
-    for _ in range(10):
-        response = operator.get(API, params)
-        seen += api_ids(response)
-        cursor = response.headers.get("X-Next-Cursor")
-        if not cursor:
-            break
-        params["cursor"] = cursor
-
-    assert [names[flow_id] for flow_id in seen] == expected
+    assert [names[flow_id] for flow_id in one_at_a_time(operator, sort)] == expected
 
 
 def test_bad_filters_are_named_on_the_page_and_400_in_the_api(operator_client: Client, operator: APIClient) -> None:
@@ -353,17 +357,7 @@ def test_cost_and_token_sorts_page_through_every_flow_once(
     operator: APIClient, priced: dict[str, str], sort: str, expected: list[str]
 ) -> None:
     names = {flow_id: name for name, flow_id in priced.items()}
-    seen: list[str] = []
-    params: dict[str, str] = {"sort": sort, "limit": "1"}
-    for _ in range(10):
-        response = operator.get(API, params)
-        seen += api_ids(response)
-        cursor = response.headers.get("X-Next-Cursor")
-        if not cursor:
-            break
-        params["cursor"] = cursor
-
-    assert [names[flow_id] for flow_id in seen] == expected
+    assert [names[flow_id] for flow_id in one_at_a_time(operator, sort)] == expected
     body = operator.get(API, {"sort": sort, "limit": "1"}).json()[0]
     assert {"model_names", "input_tokens", "output_tokens", "cost_usd"} <= set(body)
 
