@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -47,7 +48,7 @@ def scratch(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str
     }
     conninfo = {key: value for key, value in server.items() if value is not None}
     with psycopg.connect(**conninfo, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        drop_database(admin, name)
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     env = environment_for_test_database()
     if "DATABASE_URL" in env:
@@ -58,7 +59,23 @@ def scratch(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str
         yield name, {**conninfo, "dbname": name}, env
     finally:
         with psycopg.connect(**conninfo, autocommit=True) as admin:
+            drop_database(admin, name)
+
+
+def drop_database(admin: psycopg.Connection[Any], name: str, *, patience: float = 60.0) -> None:
+    """Drop ``name``, ending its sessions. The test roles are not superusers, so ``FORCE``
+    cannot end an autovacuum worker that happens to be on the database (it runs as the
+    bootstrap superuser): PostgreSQL refuses with InsufficientPrivilege, and the worker
+    is gone a moment later. Try again until it is."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            return
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ObjectInUse):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def manage(env: dict[str, str], *args: str) -> str:
