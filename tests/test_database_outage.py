@@ -75,7 +75,8 @@ class DatabaseSwitch:
         """Refuse new connections and end the server's; return how many were ended."""
         self._allow(False)
         row = self.control.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s AND pid <> %s",
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> %s AND backend_type = 'client backend'",
             [self.name, self.own_pid],
         ).fetchone()
         assert row is not None
