@@ -37,6 +37,7 @@ import argparse
 import hashlib
 import http.client
 import json
+import os
 import queue
 import random
 import signal
@@ -334,6 +335,10 @@ def postmaster_pid(url: str) -> int | None:
         return None
 
 
+# audit.chain.CHAINER_LOOP_LOCK_KEY: the chainer's session holds this advisory lock while it runs.
+CHAINER_LOOP_LOCK_KEY = 0x5246544C
+
+
 class WaitSampler(threading.Thread):
     """Samples what the bench database's busy sessions wait on (``pg_stat_activity``) until stopped."""
 
@@ -344,6 +349,10 @@ class WaitSampler(threading.Thread):
         self.samples = 0
         self.busy = 0
         self._halt = threading.Event()
+        # PostgreSQL's CPU by whom it served: each server process's CPU (from /proc) at its first and
+        # last sample, and its part: the web workers' sessions, the chainer's, or the server's own.
+        self._cpu: dict[int, tuple[float, float]] = {}
+        self._part: dict[int, str] = {}
 
     def run(self) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:
@@ -358,6 +367,34 @@ class WaitSampler(threading.Thread):
                 for wait, state in rows:
                     self.waits[wait if state == "active" else f"{state} ({wait})"] += 1
                     self.busy += 1
+                self._sample_cpu(conn)
+
+    def _sample_cpu(self, conn: psycopg.Connection[Any]) -> None:
+        # The chainer's session holds its loop lock (audit.chain.CHAINER_LOOP_LOCK_KEY, a shared
+        # advisory lock on a key below 2**32: classid 0, objid the key).
+        processes = conn.execute(
+            "SELECT a.pid, CASE WHEN a.pid = pg_backend_pid() THEN 'sampler'"
+            " WHEN l.pid IS NOT NULL THEN 'chainer' WHEN a.datname = %s AND a.backend_type = 'client backend'"
+            " THEN 'web' WHEN a.backend_type = 'client backend' THEN 'other' ELSE 'server' END"
+            " FROM pg_stat_activity a LEFT JOIN pg_locks l ON l.pid = a.pid AND l.locktype = 'advisory'"
+            " AND l.classid = 0 AND l.objid = %s AND l.granted",
+            [self.database, CHAINER_LOOP_LOCK_KEY],
+        ).fetchall()
+        for pid, part in processes:
+            try:
+                cpu = _process_cpu_seconds(pid)
+            except OSError:
+                continue
+            first = self._cpu.get(pid, (cpu, cpu))[0]
+            self._cpu[pid] = (first, cpu)
+            self._part[pid] = part
+
+    def cpu_by_part(self) -> dict[str, float]:
+        """PostgreSQL CPU seconds spent while sampling, by part (web, chainer, server, other)."""
+        parts: Counter[str] = Counter()
+        for pid, (first, last) in self._cpu.items():
+            parts[self._part[pid]] += last - first
+        return dict(parts)
 
     def stop(self) -> None:
         self._halt.set()
@@ -376,6 +413,16 @@ class WaitSampler(threading.Thread):
         locks = sum(count for wait, count in self.waits.items() if wait.startswith("Lock:") or "(Lock:" in wait)
         lines.append(f"    lock waits: {locks / total:.1%} of the busy samples")
         return lines
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process, from /proc (cheaper than psutil at 20 samples a second)."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -530,6 +577,17 @@ def main() -> int:
         + f"; wall {result.seconds:.1f} s on {psutil.cpu_count()} cores",
         flush=True,
     )
+    if "pg" in used:
+        parts = sampler.cpu_by_part()
+        print(
+            "  PostgreSQL CPU by session: "
+            + ", ".join(
+                f"{part} {parts.get(part, 0.0):.1f} s ({parts.get(part, 0.0) * 1000 / result.spans:.3f} ms/span)"
+                for part in ("web", "chainer", "server")
+            )
+            + " (server: WAL writer, checkpointer, autovacuum, ...)",
+            flush=True,
+        )
     for line in sampler.summary():
         print(line, flush=True)
     if result.errors:
