@@ -1,12 +1,14 @@
 """The summary guard in process (issue 42): microseconds per text for safe and unsafe summaries.
 
 No server and no database: Django is set up only because the guard's module imports the
-project's serializer helpers. The corpus is the demo's summaries (every topic's trigger, verdict
+project's serializer helpers. The corpora are the demo's summaries (every topic's trigger, verdict
 and outcome, every step of every plan with each topic's focus) and the guard tests' safe and
-unsafe summaries, lookalikes and case variants. Each text is checked ``--loops`` times in a
-row per repetition; the figure is the median over ``--repeat`` repetitions of the mean time per
-text, one ``guard_us_per_text.<corpus>=<value>`` line per corpus. ``--profile`` prints a cProfile
-of the safe corpus instead.
+unsafe summaries, lookalikes and case variants; and the summaries bench_ingest.py writes (random
+words of its sentence, 150-280 characters: longer than the demo's, and each holds many of the
+rules' literals inside its words). Each corpus is checked ``--loops`` times in a row per
+repetition; the figure is the median over ``--repeat`` repetitions of the mean time per text,
+``guard_<corpus>_us_per_text``, all on one line compared with bench/baseline.txt (``report``).
+``--profile [CORPUS]`` prints a cProfile of one corpus (the safe one by default) instead.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import cProfile
 import os
 import pstats
+import random
 import statistics
 import sys
 import time
@@ -44,6 +47,14 @@ def test_summaries() -> tuple[list[str], list[str]]:
     return list(cases.SAFE), unsafe
 
 
+def ingest_summaries(count: int = 500) -> list[str]:
+    """Summaries as bench_ingest.py writes them on every step (its ``_text``, from its seed)."""
+    from bench_ingest import SEED, _text
+
+    rng = random.Random(SEED)
+    return [_text(rng, 150, 280) for _ in range(count)]
+
+
 def corpora() -> dict[str, list[str]]:
     from reasoning.summary_guard import check_summary
 
@@ -51,7 +62,12 @@ def corpora() -> dict[str, list[str]]:
     safe_tests, unsafe_tests = test_summaries()
     safe = [text for text in dict.fromkeys(demo + safe_tests) if check_summary(text).ok]
     unsafe = [text for text in dict.fromkeys(demo + unsafe_tests) if not check_summary(text).ok]
-    return {"safe": safe, "safe_ascii": [text for text in safe if text.isascii()], "unsafe": unsafe}
+    return {
+        "safe": safe,
+        "safe_ascii": [text for text in safe if text.isascii()],
+        "unsafe": unsafe,
+        "ingest": ingest_summaries(),
+    }
 
 
 def time_per_text(check: Callable[[str], object], texts: Sequence[str], loops: int) -> float:
@@ -67,13 +83,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=7, help="repetitions; the median is printed")
     parser.add_argument("--loops", type=int, default=200, help="passes over the corpus per repetition")
-    parser.add_argument("--profile", action="store_true", help="print a cProfile of the safe corpus")
+    parser.add_argument(
+        "--profile", nargs="?", const="safe", metavar="CORPUS", help="print a cProfile of one corpus (safe)"
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()
+    from bench_common import report
+
     from reasoning.summary_guard import check_summary
 
     texts = corpora()
@@ -81,13 +101,15 @@ def main() -> None:
         print(f"corpus.{name}.texts={len(corpus)}")
     if args.profile:
         profiler = cProfile.Profile()
-        profiler.runcall(time_per_text, check_summary, texts["safe"], args.loops)
+        profiler.runcall(time_per_text, check_summary, texts[args.profile], args.loops)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
         return
+    figures = []
     for name, corpus in texts.items():
         time_per_text(check_summary, corpus, 5)  # warm the caches
         samples = [time_per_text(check_summary, corpus, args.loops) for _ in range(args.repeat)]
-        print(f"guard_us_per_text.{name}={statistics.median(samples):.1f}")
+        figures.append(f"guard_{name}_us_per_text={statistics.median(samples):.1f}")
+    report(" ".join(figures))
 
 
 if __name__ == "__main__":

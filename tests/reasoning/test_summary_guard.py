@@ -5,8 +5,11 @@ The corpus is synthetic: every name, number and address below is made up.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
+import os
+import random
 import re
 from unittest import mock
 
@@ -529,6 +532,27 @@ def _verdicts(text: str) -> tuple[GuardResult, GuardResult, GuardResult]:
     return one_pass, per_alternative, unfiltered
 
 
+def _every_rule(text: str) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+    """Whether each rule fires on each view of the text (every rule, not only the first that fires),
+    as callers get it and with every alternative run on every text."""
+    from reasoning import summary_guard
+
+    folded = summary_guard._fold(text)
+    views = [summary_guard._view(folded), summary_guard._view(summary_guard._skeleton(folded))]
+
+    def fired() -> tuple[bool, ...]:
+        return tuple(fires(text, view) for _, fires in summary_guard._RULES for view in views)
+
+    one_pass = fired()
+    summary_guard._QUICK_REFUSAL = False
+    try:
+        with mock.patch.object(summary_guard._Prefilter, "may_match", lambda self, text, lowered, has_digit: True):
+            unfiltered = fired()
+    finally:
+        summary_guard._QUICK_REFUSAL = True
+    return one_pass, unfiltered
+
+
 def _demo_summaries() -> list[str]:
     from reasoning.management import demo_flows
 
@@ -606,3 +630,216 @@ _NEEDLE_PIECES = [
 def test_one_pass_refusal_keeps_every_verdict(text: str) -> None:
     one_pass, per_alternative, unfiltered = _verdicts(text)
     assert one_pass == per_alternative == unfiltered, text
+
+
+# --- Needles count only at the word edges their regex requires ------------------------------------------
+# The prefilter knows, per needle, whether its regex puts it at a word start or end ("\b", "\s",
+# "(?![a-z])", a digit before a unit): "pt" inside "assumptions" is no hit. The texts below probe
+# those edges with every kind of neighbour the regexes tell apart (letters, accented letters,
+# digits of any script, underscore, apostrophes, dashes, punctuation, case) and compare verdicts
+# with every alternative's regex run on every text.
+
+
+def _prefilter_needs(alternative: str) -> list[set[tuple[str, int, int]]]:
+    from reasoning import summary_guard
+
+    needs = summary_guard._prefilter(alternative).needs
+    return [{(needle.text, needle.start, needle.end) for needle in options} for options in needs]
+
+
+@pytest.mark.parametrize(
+    ("alternative", "needs"),
+    [
+        (r"\bpt\s+\d", [{("pt", 2, 2)}]),
+        (r"(?<![\w:])pt[\s:]", [{("pt", 2, 2)}]),
+        (r"(?<!\d)pt(?:\.|\s)", [{("pt", 0, 2)}]),  # "(?<!\d)" leaves letters before it
+        (r"(?i:\d\s*-?\s*mg(?![a-z]))", [{("mg", 1, 1)}]),  # after a digit, "-" or a space; before a non-letter
+        (r"\d\s*mg(?![a-z])", [{("mg", 1, 0)}]),  # case-sensitive: "MG" may follow
+        (r"(?i:\b[a-z]*pril\b)", [{("pril", 0, 2)}]),
+        (r"(?i:\b(?:full\s+|sur)?name\s*:)", [{("name", 0, 2)}, {(":", 0, 0)}]),  # "surname"
+        (r"(?i:\b(?:ssn|social\s+security))", [{("ssn", 2, 0), ("social", 2, 2)}, {("sn", 0, 0), ("security", 2, 0)}]),
+        (r"\bpt_\d", [{("pt", 2, 1)}]),  # the underscore is a word character, not a letter
+        (r"(?i:\bmg/dl\b)", [{("dl", 2, 2)}]),  # a needle with a "/" stands for its (last) longest run of letters
+        (r"(?i:\d\s*a1c\b)", [{("c", 1, 2)}]),
+        (r"\bp\.?\s?o\.?\s*box\b", [{("p", 2, 0)}, {("box", 0, 2)}]),  # "box" holds the "o"
+        (r"(?:\bpt|xpt)\b", [{("pt", 2, 2), ("xpt", 0, 2)}]),
+        (r"\s(?:pt)+\s", [{("pt", 0, 0)}]),  # a repetition's neighbours are other repetitions ("ptpt")
+        (r"pt", [{("pt", 0, 0)}]),
+    ],
+)
+def test_needles_know_their_word_edges(alternative: str, needs: list[set[tuple[str, int, int]]]) -> None:
+    assert sorted(map(sorted, _prefilter_needs(alternative))) == sorted(map(sorted, needs))
+
+
+def _alternatives_run(text: str) -> list[tuple[str, int]]:
+    """The (rule, alternative) pairs whose needles an ASCII text holds (those whose regex runs)."""
+    from reasoning import summary_guard
+
+    view = summary_guard._view(text)
+    assert view.needles is not None
+    names = {id(pattern): name for name, pattern in vars(summary_guard).items() if isinstance(pattern, re.Pattern)}
+    return [
+        (names[id(pattern)], index)
+        for pattern, prefilters in summary_guard._PREFILTERS.items()
+        for index, prefilter in enumerate(prefilters)
+        if all(view.needles & mask for mask in summary_guard._requirements(prefilter))
+    ]
+
+
+def test_needles_inside_words_run_no_regex() -> None:
+    # The ingest benchmark's sentence: "pt" in "assumptions", "son" in "comparison" and "reasons",
+    # "ms" in "items", "two" without a unit, "in" without "her", "is" without "name".
+    text = (
+        "the agent checks the assumptions and the reasons behind the comparison of two sources and "
+        "flags items where data is missing in the northern region before proposing a concise answer"
+    )
+    assert check_summary(text).ok
+    assert _alternatives_run(text) == [("_OPAQUE_ID", 0)]  # the UUID alternative needs no literal
+    with_digit = _alternatives_run("the comparison of 5 items in two reasons")
+    assert not [run for run in with_digit if run[0] in {"_TITLED_NAME", "_LABELED_NAME", "_MEDICATION_DOSE"}]
+    assert ("_TITLED_NAME", 0) in _alternatives_run("spoke with ms garcia")
+    assert ("_MEDICATION_DOSE", 1) in _alternatives_run("took two tabs")
+
+
+# Neighbours the regexes tell apart: letters (ASCII, accented, lookalikes, ones that fold to ASCII
+# under (?i): Kelvin sign, long s, dotted capital I), digits (ASCII, Arabic-Indic, superscript),
+# underscore, apostrophes, dashes (ASCII, en, em, non-breaking hyphen), punctuation, spaces (plain,
+# no-break), a combining accent, full-width letters.
+_EDGE_CHARS = [
+    *" xQz7_'.,/:;()#%@+=?-",
+    "\u2019",
+    "\u2013",
+    "\u2014",
+    "\u2011",
+    "\u00e9",
+    "\u00c9",
+    "\u00df",
+    "\u0130",
+    "\u017f",
+    "\u212a",
+    "\u0661",
+    "\u00b2",
+    "\u00a0",
+    "\u0301",
+    "\u041c",
+    "\u043e",
+    "\uff2d",
+    "\u00b5",
+    "\u00b0",
+]
+# The ingest benchmark's sentence (bench/bench_ingest.py PHRASE).
+_INGEST_PHRASE = (
+    "the user asks about quarterly revenue growth in the northern region and "
+    "whether the forecast model over weights holiday effects so the agent "
+    "retrieves recent reports compares the baseline with adjusted numbers checks "
+    "the assumptions cites two sources and flags uncertainty where data is "
+    "missing before proposing a concise answer with caveats and next steps"
+)
+# Words that hold needles without being PHI, and the ingest benchmark's words.
+_HOLDERS = [
+    "assumptions",
+    "reasons",
+    "comparison",
+    "items",
+    "two",
+    "crisp",
+    "adopt",
+    "mgmt",
+    "named",
+    "surname",
+    "hba1c",
+    "a1c",
+    "mg/dl",
+    "y/o",
+    "yo",
+    "dob",
+    "d.o.b",
+    "www",
+    "pt",
+    "p.o.",
+    "st",
+    "ave",
+    *_INGEST_PHRASE.split(),
+]
+
+
+def _needle_texts() -> list[str]:
+    from reasoning import summary_guard
+
+    return sorted({needle.text for needle in summary_guard._NEEDLE_BITS})
+
+
+def probe_text(rng: random.Random) -> str:
+    """A text that puts needles and PHI next to every kind of neighbour: fragments, needles and words
+    that hold them, joined with or without spaces, in any case, then with characters put in at
+    random places and spaces swapped for other neighbours. At most 280 characters."""
+    needles = _needle_texts()
+    parts = []
+    for _ in range(rng.randint(1, 6)):
+        pick = rng.random()
+        if pick < 0.3:
+            part = rng.choice(_FRAGMENTS + [text for text, _ in UNSAFE + CASE_VARIANTS])
+        elif pick < 0.55:
+            part = rng.choice(needles)
+        elif pick < 0.75:
+            part = rng.choice(_HOLDERS + _NEEDLE_PIECES)
+        elif pick < 0.9:
+            part = rng.choice(SAFE)
+        else:
+            part = "".join(rng.choice(_EDGE_CHARS + list("0123456789abcdmnoprsty")) for _ in range(rng.randint(1, 6)))
+        part = rng.choice([part, part, part.upper(), part.lower(), part.title(), part.swapcase()])
+        parts.append(part + rng.choice([" ", " ", "", rng.choice(_EDGE_CHARS)]))
+    text = "".join(parts)
+    for _ in range(rng.randint(0, 3)):
+        at = rng.randint(0, len(text))
+        text = text[:at] + rng.choice(_EDGE_CHARS) + text[at:]
+    spaces = [at for at, char in enumerate(text) if char == " "]
+    for at in rng.sample(spaces, k=min(len(spaces), rng.randint(0, 2))):
+        text = text[:at] + rng.choice(_EDGE_CHARS) + text[at + 1 :]
+    return text[:280]
+
+
+def test_phi_glued_to_every_neighbour_keeps_every_verdict() -> None:
+    # Each fragment and unsafe summary with each neighbour before it, after it, or in place of its spaces.
+    phi = _FRAGMENTS + [text for text, _ in UNSAFE + LOOKALIKES + CASE_VARIANTS]
+    texts = [
+        (f"{char}{text}", f"{text}{char}", text.replace(" ", char))[(row + column) % 3]
+        for row, text in enumerate(phi)
+        for column, char in enumerate(_EDGE_CHARS)
+    ]
+    differing = [text for text in texts if len(set(_verdicts(text))) != 1]
+    assert differing == []
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_needles_next_to_any_neighbour_keep_every_verdict(rng: random.Random) -> None:
+    from reasoning import summary_guard
+
+    text = probe_text(rng)
+    assert summary_guard._view(text).has_digit == (re.search(r"\d", text) is not None)
+    one_pass, per_alternative, unfiltered = _verdicts(text)
+    assert one_pass == per_alternative == unfiltered, text
+    every_rule, every_rule_unfiltered = _every_rule(text)
+    assert every_rule == every_rule_unfiltered, text
+
+
+# The campaign (run by hand): RFT_GUARD_CAMPAIGN=250000 .venv/bin/pytest tests/reasoning/test_summary_guard.py
+# -k campaign -s. Seeded, so a failure replays; compares the verdicts and every rule on every view,
+# and prints how many texts each verdict got.
+_CAMPAIGN = int(os.environ.get("RFT_GUARD_CAMPAIGN", "0"))
+
+
+@pytest.mark.skipif(not _CAMPAIGN, reason="set RFT_GUARD_CAMPAIGN to a number of texts")
+def test_campaign_of_probe_texts_keeps_every_verdict() -> None:
+    verdicts: collections.Counter[str] = collections.Counter()
+    differing = []
+    for seed in range(_CAMPAIGN):
+        text = probe_text(random.Random(seed))
+        one_pass, per_alternative, unfiltered = _verdicts(text)
+        every_rule, every_rule_unfiltered = _every_rule(text)
+        verdicts[unfiltered.rule or "ok"] += 1
+        if not one_pass == per_alternative == unfiltered or every_rule != every_rule_unfiltered:
+            differing.append((seed, text))
+    print(f"\ncampaign: {_CAMPAIGN} texts, {len(differing)} differing; verdicts {dict(verdicts.most_common())}")
+    assert differing == []
