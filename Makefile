@@ -20,10 +20,12 @@ $(STAMP): pyproject.toml sdk/pyproject.toml | $(BIN)/python
 
 setup: $(STAMP)
 
-# Starts the embedded Postgres when DATABASE_URL is unset, then migrates and schedules.
+# Starts the embedded Postgres when DATABASE_URL is unset, then migrates and schedules; builds the
+# dashboard's rollups a migration owed (reasoning.rollups; the job keeps them after).
 db: setup
 	$(BIN)/python manage.py migrate --no-input
 	$(BIN)/python manage.py setup_schedules
+	$(BIN)/python manage.py refresh_rollups
 
 run: db
 	$(BIN)/python manage.py load_demo

@@ -9,7 +9,8 @@ request is a list of ``Item``s; an item is one flow's part of the request: open 
 Each item is all or none; items are independent. The writes of all accepted items go
 to the database together, in one transaction and a fixed number of statements whatever
 the number of items and steps (``INSERT … SELECT FROM unnest`` for flows, steps and
-audit events, ``UPDATE … FROM unnest`` for stored flows: ``core.bulk``), and the close of every closing
+audit events, ``UPDATE … FROM unnest`` for stored flows: ``core.bulk``; one more for the dashboard's
+rollups, ``reasoning.rollups.owe``), and the close of every closing
 flow (outcome confidence, summary guard, radar snapshot) is computed for all of them at
 once. The work the closes owe other apps (pathway extraction, backlog producers) is recorded
 in the same transaction and done after the commit (``reasoning.recording.close_work``).
@@ -38,7 +39,7 @@ from audit.services import Event, payload_float, record_many
 from core.bulk import bound_cursor, fetch, insert_rows
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
 from patients.models import Patient
-from reasoning import metrics
+from reasoning import metrics, rollups
 from reasoning.models import ReasoningFlow, ReasoningStep, user_pseudonym
 from reasoning.radar import StepFacts, radars_of
 from reasoning.recording import close_work, pricing
@@ -207,6 +208,16 @@ def write_in_transaction(
         results.append(Result("created"))  # filled in below
     _close_all([plan for plan in plans if plan.closing], stored_steps=stored_steps, now=now)
     _insert(plans, now)
+    # The hours of the dashboard's rollups these writes change, owed in this transaction (reasoning.rollups):
+    # a flow's counts change when it opens or closes, its cost when a step brings one.
+    rollups.owe(
+        [
+            plan.flow
+            for plan in plans
+            if plan.new_flow or plan.closing or any(step.cost_usd is not None for step in plan.new_steps)
+        ],
+        [step for plan in plans for step in plan.new_steps],
+    )
     closing = [plan.flow for plan in plans if plan.closing]
     record_many([*_events(plans, actor), *close_events_of(closing)])
     # The work the closes owe their receivers, committed with them (the outbox).
