@@ -195,6 +195,14 @@ def forget_steps(cursor: CursorWrapper, partition: str) -> None:
 
 _STEP_BOUNDS_SQL = "'{" + ",".join(map(str, STEP_BOUNDS)) + "}'::int[]"
 
+# The flows opened in the hour ``h.hour``: an index range scan per hour, whatever the planner guesses
+# of the hours (OFFSET 0 keeps the subquery from being flattened into a join that may read every flow).
+_FLOWS_OF_HOUR = """
+    CROSS JOIN LATERAL (
+        SELECT agent, flow_state, patient_safe_summary, cost_usd, step_count, created_at, closed_at
+        FROM reasoning_flow WHERE created_at >= h.hour AND created_at < h.hour + interval '1 hour' OFFSET 0
+    ) f"""
+
 
 def flow_hours(source: str) -> str:
     """A SELECT of ``FlowRollup``'s columns (in order) computed from ``reasoning_flow`` for the
@@ -209,8 +217,7 @@ def flow_hours(source: str) -> str:
                    f.flow_state <> '{State.ACTIVE.value}' AS closed,
                    width_bucket(f.step_count, {_STEP_BOUNDS_SQL}) AS step_bucket,
                    {DURATION_BUCKET} AS duration
-            FROM {source} h
-            JOIN reasoning_flow f ON f.created_at >= h.hour AND f.created_at < h.hour + interval '1 hour'
+            FROM {source} h {_FLOWS_OF_HOUR}
         ), counted AS (
             SELECT hour,
                    count(*) FILTER (WHERE state = '{State.COMPLETED.value}')::int AS completed,
@@ -241,8 +248,7 @@ def agent_hours(source: str) -> str:
                count(*) FILTER (WHERE f.flow_state = '{State.ABORTED.value}')::int AS aborted,
                count(*) FILTER (WHERE f.flow_state = '{State.ACTIVE.value}')::int AS active,
                count(*) FILTER (WHERE f.patient_safe_summary IS FALSE)::int AS blocked
-        FROM {source} h
-        JOIN reasoning_flow f ON f.created_at >= h.hour AND f.created_at < h.hour + interval '1 hour'
+        FROM {source} h {_FLOWS_OF_HOUR}
         GROUP BY h.hour, f.agent
     """  # noqa: S608 (constants of this code base)
 

@@ -67,9 +67,10 @@ def days(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo, until: dateti
                 SELECT bucket, array_agg(duration ORDER BY duration) AS durations,
                        array_agg(flows ORDER BY duration) AS flows
                 FROM (
-                    SELECT date_trunc('day', r.hour AT TIME ZONE %(tz)s) AS bucket, d.duration,
-                           sum(d.flows)::int8 AS flows
-                    FROM rolled r, unnest(r.duration_buckets, r.duration_counts) AS d(duration, flows)
+                    SELECT r.bucket, d.duration, sum(d.flows) AS flows
+                    FROM (SELECT date_trunc('day', hour AT TIME ZONE %(tz)s) AS bucket, duration_buckets,
+                                 duration_counts FROM rolled) r,
+                         unnest(r.duration_buckets, r.duration_counts) AS d(duration, flows)
                     GROUP BY 1, 2
                 ) merged
                 GROUP BY bucket
