@@ -15,17 +15,17 @@ How they stay right:
 
 1. A flow changes after it opens (a step adds cost; the close sets its state, guard result,
    duration and step count, possibly long after). The write path (``reasoning.recording.ingest``)
-   marks the hour of every flow it opens, closes or adds cost to (``owe``: one statement in the
-   writing transaction, so a mark exists exactly when the change committed). The marks are an
-   append-only log, without a unique key: a unique mark added with ``ON CONFLICT DO NOTHING``
-   would lose changes (the writer finds a committed mark and adds none; the job deletes that mark
-   and recomputes before the writer commits), and one added with ``DO UPDATE`` would make every
-   writer of the current hour wait for the others' commits.
-2. Steps are insert-only, so their usage is added up, not recomputed: ``owe`` appends (in the same
-   statement) the transaction's token-reporting steps per (hour, agent, model) to
-   ``reasoning_step_rollup_pending``: no index on the steps' ``created_at`` is needed, none is paid
-   for by every step written. Dropping a month of steps (``reasoning.jobs``) appends its negation
-   (``forget_steps``).
+   marks the hour of every flow it opens, closes or adds cost to, in the statements that write the
+   flows (``MARK_HOURS`` over their ``RETURNING``: no statement of its own, and a mark exists
+   exactly when the change committed). The marks are an append-only log, without a unique key: a
+   unique mark added with ``ON CONFLICT DO NOTHING`` would lose changes (the writer finds a
+   committed mark and adds none; the job deletes that mark and recomputes before the writer
+   commits), and one added with ``DO UPDATE`` would make every writer of the current hour wait for
+   the others' commits.
+2. Steps are insert-only, so their usage is added up, not recomputed: the statement that inserts
+   them appends their usage per (hour, agent, model) to ``reasoning_step_rollup_pending``
+   (``OWE_USAGE``): no index on the steps' ``created_at`` is needed, none is paid for by every step
+   written. Dropping a month of steps (``reasoning.jobs``) appends its negation (``forget_steps``).
 3. The job (``refresh``, every minute; ``manage.py refresh_rollups``) takes an advisory lock, deletes
    a batch of marks (``DELETE ... RETURNING``: the marks committed so far), recomputes those hours'
    rows from ``reasoning_flow`` (later statements: they see at least those changes), and moves the
@@ -49,18 +49,15 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
-from typing import Any
 
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 from psycopg import sql
 
 from audit.services import job_run
-from core.bulk import bound_cursor
 from reasoning.models import ReasoningFlow, ReasoningStep
 
 logger = logging.getLogger(__name__)
@@ -126,54 +123,29 @@ def percentile(buckets: Sequence[int], counts: Sequence[int], fraction: float) -
 
 # --- The write path's share -----------------------------------------------------------------------
 
-# A step that counts in the usage rollup (SQL over a reasoning_step row).
+# A step that counts in the usage rollup (SQL over a reasoning_step row; reports_tokens in Python).
 REPORTS_TOKENS = "(input_tokens IS NOT NULL OR output_tokens IS NOT NULL OR reasoning_tokens IS NOT NULL)"
 
-_OWE = """
-WITH marked AS (
-    INSERT INTO reasoning_flow_rollup_dirty (hour) SELECT unnest(%s::timestamptz[])
+
+def reports_tokens(step: ReasoningStep) -> bool:
+    return step.input_tokens is not None or step.output_tokens is not None or step.reasoning_tokens is not None
+
+
+# What the write path's own statements add (reasoning.recording.ingest, through core.bulk.insert_rows
+# ``then``), over the rows they wrote, named ``inserted``: no statement of its own, no round trip.
+# The hours of the flows opened, closed or given a cost (``inserted``: their created_at).
+MARK_HOURS = (
+    "INSERT INTO reasoning_flow_rollup_dirty (hour) SELECT DISTINCT date_trunc('hour', created_at, 'UTC') FROM inserted"
 )
+# The usage of the new steps that reported tokens, per (hour, agent, model) (``inserted``: these columns).
+USAGE_OF_STEPS = "created_at, agent, model, input_tokens, output_tokens, reasoning_tokens, cost_usd"
+OWE_USAGE = f"""
 INSERT INTO reasoning_step_rollup_pending
     (hour, agent, model, steps, input_tokens, output_tokens, reasoning_tokens, cost, priced)
-SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::text[], %s::int8[], %s::int8[], %s::int8[], %s::int8[],
-                     %s::numeric[], %s::int8[])
-"""
-
-
-def owe(flows: Iterable[ReasoningFlow], steps: Iterable[ReasoningStep]) -> None:
-    """Mark the hours of ``flows`` (opened, closed, or given a cost) dirty, and owe the usage of
-    ``steps`` (new ones; those that reported no tokens count for nothing): one statement, in the
-    caller's transaction, the one that wrote them."""
-    hours = sorted({hour_of(flow.created_at) for flow in flows})
-    usage: dict[tuple[datetime, str, str], list[Any]] = {}
-    for step in steps:
-        if step.input_tokens is None and step.output_tokens is None and step.reasoning_tokens is None:
-            continue
-        key = (hour_of(step.created_at), step.agent, step.model)
-        row = usage.get(key)
-        if row is None:
-            row = usage[key] = [0, 0, 0, 0, Decimal(0), 0]
-        row[0] += 1
-        row[1] += step.input_tokens or 0
-        row[2] += step.output_tokens or 0
-        row[3] += step.reasoning_tokens or 0
-        if step.cost_usd is not None:
-            row[4] += step.cost_usd
-            row[5] += 1
-    if not hours and not usage:
-        return
-    keys, sums = list(usage), list(usage.values())
-    with bound_cursor() as cursor:
-        cursor.execute(
-            _OWE,
-            [
-                hours,
-                [hour for hour, _, _ in keys],
-                [agent for _, agent, _ in keys],
-                [model for _, _, model in keys],
-                *([row[i] for row in sums] for i in range(6)),
-            ],
-        )
+SELECT date_trunc('hour', created_at, 'UTC'), agent, model, count(*), coalesce(sum(input_tokens), 0),
+       coalesce(sum(output_tokens), 0), coalesce(sum(reasoning_tokens), 0), coalesce(sum(cost_usd), 0), count(cost_usd)
+FROM inserted WHERE {REPORTS_TOKENS} GROUP BY 1, 2, 3
+"""  # noqa: S608 (constants of this code base)
 
 
 def forget_steps(cursor: CursorWrapper, partition: str) -> None:
