@@ -36,6 +36,10 @@ How they stay right:
    and the same aggregates computed from ``reasoning_flow`` for the hours with one (usually the
    current hour alone), and the usage rollup plus the pending usage: counts are exact, never stale.
 
+So a write to ``reasoning_flow`` or ``reasoning_step`` that does not go through the write path (a
+data fix in SQL, a test's ``objects.create``) owes the same (``MARK_HOURS``, ``OWE_USAGE``), or is
+followed by ``manage.py refresh_rollups --rebuild``.
+
 Durations are a mergeable sketch: log-spaced buckets, bucket ``i >= 1`` holding durations in
 ``[GAMMA^(i-1), GAMMA^i)`` ms (``GAMMA = 1.02 / 0.98``) and read as ``2 GAMMA^i / (1 + GAMMA)``,
 within ``DURATION_ERROR`` (2 %) of every duration in it; bucket 0 holds those under 1 ms, read as

@@ -2,7 +2,7 @@
 as the dashboard read them before its rollups (``reasoning.rollups``): what it reads when
 ``TIME_ZONE`` is not a whole number of hours from UTC over the range (its hours and days are then
 not unions of UTC hours), and the reference the benchmark and the tests compare the rollups with.
-Exact (``percentile_cont``), and about 3 s over 1,000,000 flows (docs/performance.md).
+Exact (``percentile_cont``), and 1.4-2.2 s over 1,000,000 flows (docs/performance.md, "Dashboard").
 
 Each function returns the rows ``reasoning.dashboard.queries`` turns into its dataclasses, in the
 same shape as the rollups' reads there.

@@ -29,12 +29,14 @@ flows. The percentiles are read from the merged duration histograms: within 2 % 
 
 A local hour or day is a set of UTC hours only when ``TIME_ZONE`` is a whole number of hours from
 UTC at its bounds; otherwise (a zone such as Asia/Kolkata, UTC+05:30) the five aggregates are
-computed from the flows and steps themselves (``reasoning.dashboard.direct``: exact, and about
-3 s over 1,000,000 flows). ``direct=True`` asks for those (the benchmark's comparison).
+computed from the flows and steps themselves (``reasoning.dashboard.direct``: exact, and seconds
+over 1,000,000 flows). ``direct_queries=True`` asks for those (the benchmark's and the tests'
+reference).
 
 Cost: over 1,000,000 flows of 30 days (and 200,000 steps reporting tokens) the five queries take
-about ... ms together from the rollups, against about 3 s from the flows (docs/performance.md,
-"Dashboard"); the page still caches the result for a minute.
+70-100 ms together from the rollups (the daily percentiles most: 720 hourly histograms merged),
+against 1.4-2.2 s from the flows (``bench/bench_dashboard.py``, 2026-12-05 on the 2-core dev machine;
+docs/performance.md, "Dashboard"); the page still caches the result for a minute.
 """
 
 from __future__ import annotations
