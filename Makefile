@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test lint fmt setup db browser fuzz faults interop interop-accept wrk bench bench-matcher bench-flow-list bench-export bench-drift bench-audit bench-scale load clean
+.PHONY: run stop test lint fmt setup db browser fuzz faults interop interop-accept wrk bench bench-matcher bench-flow-list bench-dashboard bench-export bench-drift bench-audit bench-scale load clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,10 +20,12 @@ $(STAMP): pyproject.toml sdk/pyproject.toml | $(BIN)/python
 
 setup: $(STAMP)
 
-# Starts the embedded Postgres when DATABASE_URL is unset, then migrates and schedules.
+# Starts the embedded Postgres when DATABASE_URL is unset, then migrates and schedules; builds the
+# dashboard's rollups a migration owed (reasoning.rollups; the job keeps them after).
 db: setup
 	$(BIN)/python manage.py migrate --no-input
 	$(BIN)/python manage.py setup_schedules
+	$(BIN)/python manage.py refresh_rollups
 
 run: db
 	$(BIN)/python manage.py load_demo
@@ -114,6 +116,7 @@ bench: db wrk $(BENCH_TOOLS)/bin/py-spy
 	$(BIN)/python bench/bench_ingest.py --flows-per-request 1
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python bench/bench_matcher.py
 	$(BIN)/python bench/bench_flow_list.py
+	$(BIN)/python bench/bench_dashboard.py
 	$(BIN)/python bench/bench_export.py
 	$(BIN)/python bench/bench_drift.py
 	$(BIN)/python bench/bench_audit_log.py
@@ -121,6 +124,11 @@ bench: db wrk $(BENCH_TOOLS)/bin/py-spy
 # The operators' flow list over 1,000,000 flows (server time in process).
 bench-flow-list: db
 	$(BIN)/python bench/bench_flow_list.py
+
+# The operators' dashboard over 1,000,000 flows (and 200,000 model calls), from its rollups and from
+# the flows (server time in process, Django's cache cleared).
+bench-dashboard: db
+	$(BIN)/python bench/bench_dashboard.py
 
 # reasoning_export --format raw over 10,000 and 100,000 flows of 5 steps: rows/s and peak RSS.
 bench-export: db

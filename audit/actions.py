@@ -136,6 +136,10 @@ class Action(StrEnum):
     JOB_CLOSE_WORK_COMPLETED = "memory.job.close_work.completed"
     JOB_CLOSE_WORK_ERROR = "memory.job.close_work.error"
     CLOSE_WORK_REQUEUED = "reasoning.close_work.requeued"
+    # The dashboard's rollups (reasoning.rollups): a run that found hours or usage owed (counts only)
+    JOB_DASHBOARD_ROLLUPS_STARTED = "memory.job.dashboard_rollups.started"
+    JOB_DASHBOARD_ROLLUPS_COMPLETED = "memory.job.dashboard_rollups.completed"
+    JOB_DASHBOARD_ROLLUPS_ERROR = "memory.job.dashboard_rollups.error"
 
     # Monthly partitions (core.partitions): one event per partition made (target: its table name)
     PARTITION_CREATED = "database.partition.created"

@@ -120,12 +120,18 @@ def fetch(model: type[M], keys: Collection[Any], *, column: str = "pk", for_upda
     return objs
 
 
-def insert_rows(objs: Sequence[models.Model]) -> None:
-    """Insert unsaved instances of one model (primary keys set by the caller), in one statement."""
+def insert_rows(objs: Sequence[models.Model], *, returning: str = "", then: str = "") -> None:
+    """Insert unsaved instances of one model (primary keys set by the caller), in one statement.
+
+    ``then``: a statement over the inserted rows, made part of the same one (no round trip of its
+    own): ``WITH inserted AS (INSERT … RETURNING <returning>) <then>``, ``then`` reading the
+    relation ``inserted`` (its columns: ``returning``). Constants of the caller's code, never input."""
     if not objs:
         return
     model = type(objs[0])
     sql, fields = _statement(model)
+    if then:
+        sql = f"WITH inserted AS ({sql} RETURNING {returning}) {then}"
     rows: list[dict[str, Any]] = [{} for _ in objs]
     for field in fields:
         column = field.column

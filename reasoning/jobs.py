@@ -18,6 +18,7 @@ from audit.privileges import as_owner
 from audit.services import job_run, record
 from core.errors import Conflict
 from core.partitions import MONTHS_AHEAD, add_months, drop, ensure_ahead, expired
+from reasoning import rollups
 from reasoning.agents.drift import judge_agent
 from reasoning.agents.drift_queries import completed_sessions, reported_sessions
 from reasoning.agents.services import store_drift_reports
@@ -40,6 +41,8 @@ SCHEDULES = [
         "schedule_type": "I",
         "minutes": 1,
     },
+    # The dashboard's rollups: the hours whose flows changed recomputed, the new steps' usage added.
+    {"name": "reasoning.dashboard_rollups", "func": "reasoning.rollups.refresh", "schedule_type": "I", "minutes": 1},
     {"name": "reasoning.flow_decay", "func": "reasoning.jobs.decay_stale_flows", "schedule_type": "H"},
     {
         "name": "reasoning.content_retention",
@@ -234,6 +237,8 @@ def _drop_steps(name: str, month: datetime, counts: dict[str, int]) -> bool:
             " WHERE r.id = s.id"
         )
         steps = cursor.rowcount
+        # The dashboard's usage rollup loses the month's steps with it (reasoning.rollups).
+        rollups.forget_steps(cursor, name)
         drop(cursor, "reasoning_step", name)
         record(Action.PARTITION_DROPPED, actor=PARTITIONS_ACTOR, target=target, payload={"rows": steps})
     counts["dropped"] += 1

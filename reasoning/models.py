@@ -509,3 +509,121 @@ class DriftReport(models.Model):
 
     def __str__(self) -> str:
         return f"drift of {self.agent} session {self.session_id} ({self.level})"
+
+
+# --- The dashboard's rollups (reasoning.rollups) ---------------------------------------------------
+
+
+class FlowRollup(models.Model):
+    """What the flows opened in one UTC hour add up to, as the operators' dashboard charts them
+    (``reasoning.dashboard``): flows by state now, guard-blocked, cost; and of those that closed,
+    how many fall in each step-count bucket and a histogram of their durations. Recomputed from
+    ``reasoning_flow`` by the refresh job for each hour the write path marked dirty
+    (``FlowRollupDirty``); an hour still marked is read from ``reasoning_flow`` instead."""
+
+    hour = models.DateTimeField(primary_key=True)  # the hour's start, UTC
+    completed = models.IntegerField()
+    aborted = models.IntegerField()
+    active = models.IntegerField()
+    blocked = models.IntegerField()  # patient_safe_summary is false
+    cost = models.DecimalField(max_digits=30, decimal_places=10, null=True)  # null: no flow has a cost
+    # Closed flows per step-count bucket (reasoning.rollups.STEP_BOUNDS: 0, 1, 2-3, ... 64+).
+    step_buckets = ArrayField(models.IntegerField())
+    # Closed flows' durations (closed_at - created_at) as a sparse log-spaced histogram: bucket
+    # numbers (reasoning.rollups.duration_bucket) in ascending order and the flows in each.
+    duration_buckets = ArrayField(models.SmallIntegerField())
+    duration_counts = ArrayField(models.IntegerField())
+
+    class Meta:
+        db_table = "reasoning_flow_rollup"
+
+    def __str__(self) -> str:
+        return f"flows of the hour {self.hour.isoformat()}"
+
+
+class FlowAgentRollup(models.Model):
+    """``FlowRollup``'s counts per flow agent (the dashboard's rates by agent); kept with it."""
+
+    id = models.BigAutoField(primary_key=True)
+    hour = models.DateTimeField()
+    agent = models.CharField(max_length=100)
+    completed = models.IntegerField()
+    aborted = models.IntegerField()
+    active = models.IntegerField()
+    blocked = models.IntegerField()
+
+    class Meta:
+        db_table = "reasoning_flow_agent_rollup"
+        constraints = [
+            # Also the index of the dashboard's read: the hours of a range.
+            models.UniqueConstraint(fields=["hour", "agent"], name="reasoning_flowagentrollup_hour_agent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"flows of {self.agent or '(no agent)'} in the hour {self.hour.isoformat()}"
+
+
+class FlowRollupDirty(models.Model):
+    """An hour whose flows changed since its rollup was computed: one row per hour per writing
+    transaction, written in that transaction. Append-only (no unique key: a writer never
+    waits on a mark or on the job); the refresh job deletes the marks it recomputes."""
+
+    id = models.BigAutoField(primary_key=True)
+    hour = models.DateTimeField()
+
+    class Meta:
+        db_table = "reasoning_flow_rollup_dirty"
+
+    def __str__(self) -> str:
+        return f"hour {self.hour.isoformat()} to recompute"
+
+
+class StepRollup(models.Model):
+    """Model usage of the steps written in one UTC hour, by step agent and model: the steps that
+    reported tokens, their tokens and cost (the dashboard's tokens and cost by agent and model).
+    Steps are insert-only, so the write path owes each transaction's usage as a
+    ``StepRollupPending`` row and the refresh job adds those in."""
+
+    id = models.BigAutoField(primary_key=True)
+    hour = models.DateTimeField()
+    agent = models.CharField(max_length=100)
+    model = models.CharField(max_length=200)
+    steps = models.BigIntegerField()
+    input_tokens = models.BigIntegerField()
+    output_tokens = models.BigIntegerField()
+    reasoning_tokens = models.BigIntegerField()
+    cost = models.DecimalField(max_digits=30, decimal_places=10)  # over the priced steps
+    priced = models.BigIntegerField()  # steps with a cost: none, and the pair's cost is unknown
+
+    class Meta:
+        db_table = "reasoning_step_rollup"
+        constraints = [
+            # Also the index of the dashboard's read: the hours of a range.
+            models.UniqueConstraint(fields=["hour", "agent", "model"], name="reasoning_steprollup_hour_agent_model"),
+        ]
+
+    def __str__(self) -> str:
+        return f"usage of {self.agent} with {self.model or '(no model)'} in the hour {self.hour.isoformat()}"
+
+
+class StepRollupPending(models.Model):
+    """Usage owed to ``StepRollup``: a writing transaction's token-reporting steps per (hour,
+    agent, model), or the negation of a dropped partition's. Append-only; the refresh job
+    moves the rows into ``StepRollup`` and deletes them in one transaction."""
+
+    id = models.BigAutoField(primary_key=True)
+    hour = models.DateTimeField()
+    agent = models.CharField(max_length=100)
+    model = models.CharField(max_length=200)
+    steps = models.BigIntegerField()
+    input_tokens = models.BigIntegerField()
+    output_tokens = models.BigIntegerField()
+    reasoning_tokens = models.BigIntegerField()
+    cost = models.DecimalField(max_digits=30, decimal_places=10)
+    priced = models.BigIntegerField()
+
+    class Meta:
+        db_table = "reasoning_step_rollup_pending"
+
+    def __str__(self) -> str:
+        return f"usage of {self.agent} in the hour {self.hour.isoformat()} owed to its rollup"

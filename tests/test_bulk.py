@@ -124,3 +124,21 @@ def test_fetch_by_another_column_and_nothing_for_no_keys() -> None:
     with CaptureQueriesContext(connection) as queries:
         assert fetch(ReasoningStep, []) == []
     assert len(queries) == 0
+
+
+def test_then_reads_the_inserted_rows_in_the_same_statement() -> None:
+    owner = flow()
+    rows = [step(owner, position, agent=f"agent-{position % 2}") for position in range(1, 6)]
+
+    with CaptureQueriesContext(connection) as captured:
+        insert_rows(
+            rows,
+            returning="agent",
+            then="INSERT INTO reasoning_flow_rollup_dirty (hour) SELECT now() FROM inserted WHERE agent = 'agent-1'",
+        )
+
+    assert len(captured) == 1
+    assert ReasoningStep.objects.filter(flow=owner).count() == 5
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM reasoning_flow_rollup_dirty")
+        assert cursor.fetchone() == (3,)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from io import StringIO
 from pathlib import Path
 
@@ -19,6 +19,7 @@ import time_machine
 from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from audit.canonical import canonical_bytes
@@ -30,8 +31,10 @@ from audit.verify import verify_chain
 from core.partitions import create_month, drop, partition_name, partition_names
 from patients.models import Patient
 from patients.services import create_patient, set_legal_hold
+from reasoning import rollups
+from reasoning.dashboard.queries import operator_dashboard
 from reasoning.jobs import create_partitions_ahead, drop_expired_partitions
-from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.models import ReasoningFlow, ReasoningStep, StepRollup
 from reasoning.recording import services
 from tests.factories import make_flow
 
@@ -102,6 +105,33 @@ def test_a_month_of_steps_past_retention_is_dropped_whole_and_its_ids_freed() ->
     assert ReasoningStep.objects.get(pk=old_step.pk).flow_id == reuse
     # Nothing else is old enough: a second run drops nothing.
     assert drop_expired_partitions() == []
+
+
+@override_settings(REASONING_STEP_RETENTION_DAYS=A_YEAR)
+def test_a_dropped_month_of_steps_takes_its_usage_off_the_dashboard() -> None:
+    call = {
+        "kind": "llm_prompt",
+        "agent": "researcher",
+        "summary_text": "Asked",
+        "model": "gpt-4o",
+        "input_tokens": 100,
+    }
+    with time_machine.travel(LONG_AGO, tick=False):
+        make_flow(steps=[call, call])
+    create_partitions_ahead()
+    rollups.refresh()
+    may = (date(2024, 5, 1), date(2024, 5, 31))
+    assert [(row.steps, row.input_tokens) for row in operator_dashboard(timezone.now(), *may).usage] == [(2, 200)]
+
+    assert drop_expired_partitions() == ["reasoning_step_2024_05"]
+
+    # Owed in the drop's transaction (the negation of the month's usage), before the job runs.
+    assert operator_dashboard(timezone.now(), *may).usage == ()
+    rollups.refresh()
+    assert not StepRollup.objects.exists()
+    assert operator_dashboard(timezone.now(), *may, direct_queries=True).usage == ()
+    # The flows stay, and so do their counts.
+    assert operator_dashboard(timezone.now(), *may).days[16].completed == 1
 
 
 @override_settings(REASONING_STEP_RETENTION_DAYS=A_YEAR)

@@ -1,6 +1,6 @@
 """The operators' dashboard: what the flows of the last day and month add up to.
 
-``operator_dashboard(now)`` runs five aggregate queries, whatever the number of flows:
+``operator_dashboard(now)`` runs five queries, whatever the number of flows:
 
 1. flows opened per hour over the last 24 hours, by state (``generate_series`` of hours, so
    an hour without flows is a zero);
@@ -8,7 +8,7 @@
    (``closed_at - created_at``) of those that closed, how many the guard blocked, and their cost;
 3. per agent (the flow's ``agent``): flows by state and guard-blocked (an agent's durations are
    on the flow list filtered by it, which each agent's row links to);
-4. closed flows by ``step_count`` (powers of two: 0, 1, 2-3, 4-7, … 64+);
+4. closed flows by ``step_count`` (powers of two: 0, 1, 2-3, 4-7, ... 64+);
 5. tokens (``input_tokens``, ``output_tokens``, ``reasoning_tokens`` of steps) and cost by step
    agent and model.
 
@@ -18,9 +18,25 @@ been decided yet, and the summary guard runs at close (``FlowSummary.blocked_sha
 The page (``reasoning.dashboard.page``) turns the numbers into charts, each with the table it
 is drawn from.
 
-Cost: over 1,000,000 flows of 30 days (and 200,000 steps reporting tokens) the five queries
-take about 3 s together, the daily percentiles most (measured 2026-12-01 on the 2-core dev
-machine): the page caches the result for a minute.
+The queries read the per-hour rollups (``reasoning.rollups``): ``reasoning_flow_rollup`` for the
+hours and days (counts, cost, step-count buckets, a duration histogram per hour),
+``reasoning_flow_agent_rollup`` for the agents, ``reasoning_step_rollup`` for the usage. Each query
+takes, in one statement, the rollup rows of the hours without a dirty mark and computes the hours
+still marked (usually the current one: the job runs every minute) from ``reasoning_flow``, and
+adds the usage still pending to the usage rollup: every count is exact and as fresh as the
+flows. The percentiles are read from the merged duration histograms: within 2 % (or 1 ms) of
+``percentile_cont``'s (``reasoning.rollups.percentile``).
+
+A local hour or day is a set of UTC hours only when ``TIME_ZONE`` is a whole number of hours from
+UTC at its bounds; otherwise (a zone such as Asia/Kolkata, UTC+05:30) the five aggregates are
+computed from the flows and steps themselves (``reasoning.dashboard.direct``: exact, and seconds
+over 1,000,000 flows). ``direct_queries=True`` asks for those (the benchmark's and the tests'
+reference).
+
+Cost: over 1,000,000 flows of 30 days (and 200,000 steps reporting tokens) the five queries take
+70-100 ms together from the rollups (the daily percentiles most: 720 hourly histograms merged),
+against 1.4-2.2 s from the flows (``bench/bench_dashboard.py``, 2026-12-05 on the 2-core dev machine;
+docs/performance.md, "Dashboard"); the page still caches the result for a minute.
 """
 
 from __future__ import annotations
@@ -28,13 +44,14 @@ from __future__ import annotations
 import itertools
 import zoneinfo
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from typing import Protocol
 
 from django.conf import settings
-from django.db.models import Count, Q
 
-from core.replica import reading_connection
-from reasoning.models import ReasoningFlow
+from reasoning.dashboard import direct, rollup_reads
+from reasoning.dashboard.direct import AgentRow, DayRow, HourRow, UsageRow
+from reasoning.rollups import STEP_BOUNDS
 
 HOURS = 24
 
@@ -50,13 +67,6 @@ TOP_AGENTS = 12
 
 
 TOP_USAGE = 12
-
-
-# Lower bounds of the step-count buckets after "0" (``width_bucket`` thresholds).
-STEP_BOUNDS = (1, 2, 4, 8, 16, 32, 64)
-
-
-STATES = (ReasoningFlow.State.COMPLETED, ReasoningFlow.State.ABORTED, ReasoningFlow.State.ACTIVE)
 
 
 NO_AGENT = "(no agent)"
@@ -173,12 +183,15 @@ class Dashboard:
         }
 
 
-def operator_dashboard(now: datetime, first: date | None = None, last: date | None = None) -> Dashboard:
+def operator_dashboard(
+    now: datetime, first: date | None = None, last: date | None = None, *, direct_queries: bool = False
+) -> Dashboard:
     """The dashboard's numbers as of ``now``: five queries (see the module's docstring).
 
     The days are the last ``DAYS`` (today included), or ``first`` to ``last`` (the operator's
     dates, both included; ``last`` defaults to today, later days are cut at today); the hours are
-    the 24 before the range's end (now, when the range ends today)."""
+    the 24 before the range's end (now, when the range ends today). ``direct_queries``: from the
+    flows and steps, not the rollups."""
     zone = zoneinfo.ZoneInfo(settings.TIME_ZONE)
     local = now.astimezone(zone)
     today = local.date()
@@ -201,16 +214,47 @@ def operator_dashboard(now: datetime, first: date | None = None, last: date | No
                 "hours_span": f"last 24 hours of {_day(last)}",
                 "hours_within": f"in the last 24 hours of {_day(last)}",
             }
+    source: Source = direct
+    if not direct_queries and _whole_hours(zone, first, last, first_hour, last_hour):
+        source = rollup_reads
+    steps = source.step_buckets(first_day, until)
     return Dashboard(
         generated_at=now,
         time_zone=settings.TIME_ZONE,
-        hours=tuple(_hours(first_hour, last_hour, zone)),
-        days=tuple(_days(first_day, last_day, zone, until)),
-        agents=tuple(_agents(first_day, until)),
-        step_buckets=tuple(_step_buckets(first_day, until)),
-        usage=tuple(_usage(first_day, until)),
+        hours=tuple(
+            StateCounts(row[0].replace(tzinfo=zone), *row[1:]) for row in source.hours(first_hour, last_hour, zone)
+        ),
+        days=tuple(Day(row[0].replace(tzinfo=zone), *row[1:]) for row in source.days(first_day, last_day, zone, until)),
+        agents=tuple(AgentFlows(*row) for row in source.agents(first_day, until, TOP_AGENTS)),
+        step_buckets=tuple(StepBucket(label, steps.get(i, 0)) for i, label in enumerate(step_bucket_labels())),
+        usage=tuple(Usage(*row) for row in source.usage(first_day, until, TOP_USAGE)),
         **labels,
     )
+
+
+class Source(Protocol):
+    """Where the five queries read: ``rollup_reads`` (the rollups) or ``direct`` (the flows and steps)."""
+
+    def hours(self, first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> list[HourRow]: ...
+
+    def days(self, first: datetime, last: datetime, zone: zoneinfo.ZoneInfo, until: datetime) -> list[DayRow]: ...
+
+    def agents(self, since: datetime, until: datetime, limit: int) -> list[AgentRow]: ...
+
+    def step_buckets(self, since: datetime, until: datetime) -> dict[int, int]: ...
+
+    def usage(self, since: datetime, until: datetime, limit: int) -> list[UsageRow]: ...
+
+
+def _whole_hours(zone: zoneinfo.ZoneInfo, first: date, last: date, first_hour: datetime, last_hour: datetime) -> bool:
+    """Whether the range's local days and hours are sets of UTC hours: the zone is a whole number of
+    hours from UTC at every midnight of the range and every hour of the 24."""
+    moments = [_midnight(first + timedelta(days=n), zone) for n in range((last - first).days + 2)]
+    hour = first_hour.astimezone(UTC)
+    while hour <= last_hour.astimezone(UTC) + timedelta(hours=1):
+        moments.append(hour.astimezone(zone))
+        hour += timedelta(hours=1)
+    return all((moment.utcoffset() or timedelta()) % timedelta(hours=1) == timedelta() for moment in moments)
 
 
 def _midnight(day: date, zone: zoneinfo.ZoneInfo) -> datetime:
@@ -221,123 +265,9 @@ def _day(day: date) -> str:
     return f"{day:%b} {day.day}"
 
 
-def _params(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo, until: datetime) -> dict[str, str | datetime]:
-    return {
-        "first": first,
-        "last": last,
-        "until": until,  # the end of the last bucket (exclusive)
-        "tz": zone.key,
-        **{state.value: state.value for state in STATES},
-    }
-
-
-def _hours(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo) -> list[StateCounts]:
-    until = last + timedelta(hours=1)
-    with reading_connection().cursor() as cursor:
-        cursor.execute(
-            """
-            WITH buckets AS (
-                SELECT generate_series(%(first)s::timestamptz AT TIME ZONE %(tz)s,
-                                       %(last)s::timestamptz AT TIME ZONE %(tz)s, interval '1 hour') AS bucket
-            ), opened AS (
-                SELECT date_trunc('hour', created_at AT TIME ZONE %(tz)s) AS bucket,
-                       count(*) FILTER (WHERE flow_state = %(completed)s) AS completed,
-                       count(*) FILTER (WHERE flow_state = %(aborted)s) AS aborted,
-                       count(*) FILTER (WHERE flow_state = %(active)s) AS active
-                FROM reasoning_flow WHERE created_at >= %(first)s AND created_at < %(until)s GROUP BY 1
-            )
-            SELECT buckets.bucket, coalesce(completed, 0), coalesce(aborted, 0), coalesce(active, 0)
-            FROM buckets LEFT JOIN opened USING (bucket) ORDER BY buckets.bucket
-            """,
-            _params(first, last, zone, until),
-        )
-        return [StateCounts(start.replace(tzinfo=zone), c, a, o) for start, c, a, o in cursor.fetchall()]
-
-
-def _days(first: datetime, last: datetime, zone: zoneinfo.ZoneInfo, until: datetime) -> list[Day]:
-    with reading_connection().cursor() as cursor:
-        cursor.execute(
-            """
-            WITH buckets AS (
-                SELECT generate_series(%(first)s::timestamptz AT TIME ZONE %(tz)s,
-                                       %(last)s::timestamptz AT TIME ZONE %(tz)s, interval '1 day') AS bucket
-            ), opened AS (
-                SELECT date_trunc('day', created_at AT TIME ZONE %(tz)s) AS bucket,
-                       count(*) FILTER (WHERE flow_state = %(completed)s) AS completed,
-                       count(*) FILTER (WHERE flow_state = %(aborted)s) AS aborted,
-                       count(*) FILTER (WHERE flow_state = %(active)s) AS active,
-                       count(*) FILTER (WHERE patient_safe_summary IS FALSE) AS blocked,
-                       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM closed_at - created_at)::float8)
-                           AS p50,
-                       percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM closed_at - created_at)::float8)
-                           AS p95,
-                       sum(cost_usd)::float8 AS cost
-                FROM reasoning_flow WHERE created_at >= %(first)s AND created_at < %(until)s GROUP BY 1
-            )
-            SELECT buckets.bucket, coalesce(completed, 0), coalesce(aborted, 0), coalesce(active, 0),
-                   coalesce(blocked, 0), p50, p95, cost
-            FROM buckets LEFT JOIN opened USING (bucket) ORDER BY buckets.bucket
-            """,
-            _params(first, last, zone, until),
-        )
-        return [
-            Day(start.replace(tzinfo=zone), c, a, o, b, p50, p95, cost)
-            for start, c, a, o, b, p50, p95, cost in cursor.fetchall()
-        ]
-
-
-def _agents(since: datetime, until: datetime) -> list[AgentFlows]:
-    # Counts only: percentiles per agent would double this query's time (a sort per agent).
-    rows = (
-        ReasoningFlow.objects.filter(created_at__gte=since, created_at__lt=until)
-        .values("agent")
-        .annotate(
-            flows=Count("id"),
-            completed=Count("id", filter=Q(flow_state=ReasoningFlow.State.COMPLETED)),
-            aborted=Count("id", filter=Q(flow_state=ReasoningFlow.State.ABORTED)),
-            active=Count("id", filter=Q(flow_state=ReasoningFlow.State.ACTIVE)),
-            # The flow search's "blocked" filter: the guard refused a summary at close.
-            blocked=Count("id", filter=Q(patient_safe_summary=False)),
-        )
-        .order_by("-flows", "agent")[:TOP_AGENTS]
-    )
-    return [AgentFlows(**row) for row in rows]
-
-
 def step_bucket_labels() -> list[str]:
     """The bucket labels: 0, then each bound up to the next (2-3), then 64+."""
     labels = ["0"]
     for low, next_low in itertools.pairwise(STEP_BOUNDS):
         labels.append(str(low) if next_low == low + 1 else f"{low}-{next_low - 1}")
     return [*labels, f"{STEP_BOUNDS[-1]}+"]
-
-
-def _step_buckets(since: datetime, until: datetime) -> list[StepBucket]:
-    with reading_connection().cursor() as cursor:
-        # width_bucket: 0 below the first bound (no steps), i for [bound i, bound i+1), the last for 64+.
-        cursor.execute(
-            "SELECT width_bucket(step_count, %s::int[]), count(*) FROM reasoning_flow "
-            "WHERE created_at >= %s AND created_at < %s AND flow_state <> %s GROUP BY 1",
-            [list(STEP_BOUNDS), since, until, ReasoningFlow.State.ACTIVE.value],
-        )
-        counts = dict(cursor.fetchall())
-    return [StepBucket(label, counts.get(i, 0)) for i, label in enumerate(step_bucket_labels())]
-
-
-def _usage(since: datetime, until: datetime) -> list[Usage]:
-    with reading_connection().cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT agent, model, count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),
-                   coalesce(sum(reasoning_tokens), 0), sum(cost_usd)::float8
-            FROM reasoning_step
-            WHERE created_at >= %s AND created_at < %s
-              AND (input_tokens IS NOT NULL OR output_tokens IS NOT NULL OR reasoning_tokens IS NOT NULL)
-            GROUP BY agent, model
-            ORDER BY coalesce(sum(input_tokens), 0) + coalesce(sum(output_tokens), 0)
-                     + coalesce(sum(reasoning_tokens), 0) DESC, agent, model
-            LIMIT %s
-            """,
-            [since, until, TOP_USAGE],
-        )
-        return [Usage(*row) for row in cursor.fetchall()]

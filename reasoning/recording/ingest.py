@@ -9,7 +9,8 @@ request is a list of ``Item``s; an item is one flow's part of the request: open 
 Each item is all or none; items are independent. The writes of all accepted items go
 to the database together, in one transaction and a fixed number of statements whatever
 the number of items and steps (``INSERT … SELECT FROM unnest`` for flows, steps and
-audit events, ``UPDATE … FROM unnest`` for stored flows: ``core.bulk``), and the close of every closing
+audit events, ``UPDATE … FROM unnest`` for stored flows: ``core.bulk``; what they owe the dashboard's
+rollups is written by the same statements, ``reasoning.rollups``), and the close of every closing
 flow (outcome confidence, summary guard, radar snapshot) is computed for all of them at
 once. The work the closes owe other apps (pathway extraction, backlog producers) is recorded
 in the same transaction and done after the commit (``reasoning.recording.close_work``).
@@ -38,7 +39,7 @@ from audit.services import Event, payload_float, record_many
 from core.bulk import bound_cursor, fetch, insert_rows
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
 from patients.models import Patient
-from reasoning import metrics
+from reasoning import metrics, rollups
 from reasoning.models import ReasoningFlow, ReasoningStep, user_pseudonym
 from reasoning.radar import StepFacts, radars_of
 from reasoning.recording import close_work, pricing
@@ -537,8 +538,11 @@ def _close_all(plans: Sequence[Plan], *, stored_steps: Mapping[uuid.UUID, Reason
 
 
 def _insert(plans: Sequence[Plan], now: datetime) -> None:
+    """The rows, and what they owe the dashboard's rollups (``reasoning.rollups``) in the same
+    statements: the hour of every flow opened, closed or given a cost marked dirty, the usage of
+    every new step that reported tokens."""
     new_flows = [plan.flow for plan in plans if plan.new_flow]
-    insert_rows(new_flows)
+    insert_rows(new_flows, returning="created_at", then=rollups.MARK_HOURS)
     steps: list[ReasoningStep] = []
     for plan in plans:
         for step in plan.new_steps:
@@ -546,17 +550,25 @@ def _insert(plans: Sequence[Plan], now: datetime) -> None:
             if step.created_at is None:
                 step.created_at = now
             steps.append(step)
-    insert_rows(steps)
-    changed = [plan.flow for plan in plans if not plan.new_flow and (plan.new_steps or plan.closing)]
+    if any(rollups.reports_tokens(step) for step in steps):
+        insert_rows(steps, returning=rollups.USAGE_OF_STEPS, then=rollups.OWE_USAGE)
+    else:
+        insert_rows(steps)  # the plainer statement: planned in a third of the time
+    changed = [plan for plan in plans if not plan.new_flow and (plan.new_steps or plan.closing)]
     if changed:
-        _update_flows(changed)
+        _update_flows(
+            [plan.flow for plan in changed],
+            [plan.closing or any(step.cost_usd is not None for step in plan.new_steps) for plan in changed],
+        )
 
 
-def _update_flows(flows: Sequence[ReasoningFlow]) -> None:
-    """Step counts, usage and close fields of stored flows, in one statement."""
+def _update_flows(flows: Sequence[ReasoningFlow], rollup: Sequence[bool]) -> None:
+    """Step counts, usage and close fields of stored flows, in one statement; with the dirty marks
+    of the hours of those whose ``rollup`` is true (closed, or given a cost)."""
     with bound_cursor() as cursor:
         cursor.execute(
-            """
+            f"""
+            WITH updated AS (
             UPDATE reasoning_flow f SET
                 step_count = v.step_count,
                 input_tokens = v.input_tokens,
@@ -576,13 +588,16 @@ def _update_flows(flows: Sequence[ReasoningFlow]) -> None:
             FROM unnest(
                 %s::uuid[], %s::int[], %s::text[], %s::timestamptz[], %s::text[], %s::text[],
                 %s::float8[], %s::text[], %s::text[], %s::bool[], %s::text[], %s::text[],
-                %s::int8[], %s::int8[], %s::numeric[], %s::text[]
+                %s::int8[], %s::int8[], %s::numeric[], %s::text[], %s::bool[]
             ) AS v(id, step_count, flow_state, closed_at, outcome_type, outcome_summary,
                    outcome_confidence, abort_reason, outcome_metrics, patient_safe_summary,
                    summary_guard_rule, dimensions_snapshot, input_tokens, output_tokens, cost_usd,
-                   model_names)
+                   model_names, rollup)
             WHERE f.id = v.id
-            """,
+            RETURNING f.created_at, v.rollup
+            ), inserted AS (SELECT created_at FROM updated WHERE rollup)
+            {rollups.MARK_HOURS}
+            """,  # noqa: S608 (constants of this code base)
             [
                 [flow.pk for flow in flows],
                 [flow.step_count for flow in flows],
@@ -600,6 +615,7 @@ def _update_flows(flows: Sequence[ReasoningFlow]) -> None:
                 [flow.output_tokens for flow in flows],
                 [flow.cost_usd for flow in flows],
                 [json.dumps(flow.model_names) for flow in flows],
+                list(rollup),
             ],
         )
 
