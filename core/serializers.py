@@ -10,7 +10,7 @@ import re
 import threading
 import unicodedata
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.utils.deconstruct import deconstructible
@@ -22,6 +22,9 @@ from rest_framework.settings import api_settings
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from core.labels import label_validator
+
+if TYPE_CHECKING:
+    from core.compiled_serializers import FastPath
 
 # Unicode categories no plain text needs, all of which render invisibly or reorder what an
 # operator or patient reads: controls (Cc), format characters (Cf: zero-width, bidi controls,
@@ -295,11 +298,27 @@ _instances = threading.local()
 def validated(serializer_class: type[serializers.Serializer[Any]], data: Any) -> dict[str, Any]:
     """``serializer_class(data=data)``'s validated data, or its ``ValidationError`` (the same
     ``detail`` as ``.errors``), from one instance per class and thread: DRF deep-copies every
-    declared field for each new instance, which costs more than validating a step."""
-    cache: dict[type[Any], serializers.Serializer[Any]] = _instances.__dict__.setdefault("by_class", {})
-    instance = cache.get(serializer_class)
-    if instance is None:
-        instance = cache[serializer_class] = serializer_class()
+    declared field for each new instance, which costs more than validating a step.
+
+    A body goes first through the serializer's compiled fast path (``core.compiled_serializers``),
+    which answers exactly what DRF would for the bodies it accepts and leaves every other to DRF."""
+    cache: dict[type[Any], tuple[serializers.Serializer[Any], FastPath | None]]
+    cache = _instances.__dict__.setdefault("by_class", {})
+    entry = cache.get(serializer_class)
+    if entry is None:
+        # Imported here: that module reads this one's field classes.
+        from core.compiled_serializers import compile_serializer
+
+        instance = serializer_class()
+        entry = cache[serializer_class] = (instance, compile_serializer(instance))
+    instance, fast = entry
+    if fast is not None and (result := fast(data)) is not None:
+        return result
+    return drf_validated(instance, data)
+
+
+def drf_validated(instance: serializers.Serializer[Any], data: Any) -> dict[str, Any]:
+    """DRF's answer alone (``validated`` without its fast path): the reference the fast path is tested against."""
     try:
         return dict(instance.run_validation(data))
     except serializers.ValidationError as exc:
