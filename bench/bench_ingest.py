@@ -391,10 +391,10 @@ class WaitSampler(threading.Thread):
 
     def cpu_by_part(self) -> dict[str, float]:
         """PostgreSQL CPU seconds spent while sampling, by part (web, chainer, server, other)."""
-        parts: Counter[str] = Counter()
+        parts: dict[str, float] = {}
         for pid, (first, last) in self._cpu.items():
-            parts[self._part[pid]] += last - first
-        return dict(parts)
+            parts[self._part[pid]] = parts.get(self._part[pid], 0.0) + last - first
+        return parts
 
     def stop(self) -> None:
         self._halt.set()
