@@ -8,7 +8,6 @@ The database, not this process, stamps each event's time (``created_at``, trigge
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,7 +18,7 @@ from django.db import connection, models, transaction
 
 from audit.actions import Action
 from audit.canonical import canonical_bytes
-from core.bulk import bound_cursor
+from core.bulk import bound_cursor, json_text
 
 Target = models.Model | tuple[str, object] | None
 
@@ -120,7 +119,7 @@ def record_many(events: Sequence[Event]) -> list[int]:
             )
             INSERT INTO audit_pending (event_id) SELECT id FROM event ORDER BY id RETURNING event_id
             """,
-            [json.dumps(rows)],
+            [json_text(rows)],
         )
         return sorted(int(row[0]) for row in cursor.fetchall())
 

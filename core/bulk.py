@@ -5,8 +5,8 @@ statement text for every batch size, which the driver parses again each time (a 
 ingest request is 2,000 placeholders). ``insert_rows`` sends the rows as one JSON array
 instead, ``INSERT … SELECT … FROM json_populate_recordset(NULL::table, %s)``: a fixed
 statement of one parameter, whatever the number of rows, which Postgres parses into the
-table's own column types (one ``json.dumps`` in C costs less than dumping an array per
-column in Python). Values are prepared by the model fields
+table's own column types (one JSON encoding in C, ``json_text``, costs less than psycopg dumping
+an array per column in Python). Values are prepared by the model fields
 (``get_db_prep_save``: encryption of encrypted fields included), so what is stored is what
 ``save()`` would store.
 
@@ -28,6 +28,7 @@ from decimal import Decimal
 from functools import cache
 from typing import Any, TypeVar
 
+import msgspec
 import psycopg
 from django.contrib.postgres.fields import ArrayField
 from django.db import connection, models
@@ -66,6 +67,27 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, datetime | date | time):
         return value.isoformat()
     raise TypeError(f"no JSON form for a {type(value).__name__} column value")
+
+
+# msgspec's encoder writes what ``json.dumps(default=_json_default)`` writes, as Postgres reads it:
+# UUIDs in their canonical form, datetimes in RFC 3339 (``Z`` for UTC), decimals as strings;
+# UTF-8 instead of ``\u`` escapes. About ten times faster on the write path's rows.
+_ENCODER = msgspec.json.Encoder(decimal_format="string")
+
+
+def json_text(value: Any) -> str:
+    """``value`` as JSON text for a ``%s::json`` parameter (``json_to_recordset``,
+    ``json_populate_recordset``).
+
+    Non-finite floats are the caller's to turn into text first (``_float``): JSON has none, and
+    msgspec would write them as null (the write path's bodies never hold one: the JSON parser
+    refuses NaN and the OTLP mapping writes them as strings). What msgspec cannot encode (a lone
+    surrogate, a type it does not know) goes through ``json.dumps`` as before, whose error or
+    escape Postgres then answers as it always did."""
+    try:
+        return _ENCODER.encode(value).decode()
+    except (TypeError, UnicodeEncodeError, msgspec.EncodeError):
+        return json.dumps(value, default=_json_default, allow_nan=False)
 
 
 def _float(value: Any) -> Any:
@@ -152,7 +174,7 @@ def insert_rows(objs: Sequence[models.Model], *, returning: str = "", then: str 
             for row, obj in zip(rows, objs, strict=True):
                 row[column] = field.get_db_prep_save(field.pre_save(obj, add=True), connection)
     with bound_cursor() as cursor:
-        cursor.execute(sql, [json.dumps(rows, default=_json_default, allow_nan=False)])
+        cursor.execute(sql, [json_text(rows)])
 
 
 @contextmanager

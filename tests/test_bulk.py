@@ -3,14 +3,17 @@ fetch (instances by key, as the ORM would load them)."""
 
 from __future__ import annotations
 
+import json
 import math
 import uuid
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
 
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from core.bulk import fetch, insert_rows
+from core.bulk import _json_default, fetch, insert_rows, json_text
 from reasoning.models import ReasoningFlow, ReasoningStep
 
 pytestmark = pytest.mark.django_db
@@ -95,6 +98,48 @@ def test_a_float_json_cannot_spell_reaches_postgres_as_itself(value: float) -> N
         step(owner, 1, confidence=value).save()
     with pytest.raises(IntegrityError, match="reasoning_step_confidence_range"), transaction.atomic():
         insert_rows([step(owner, 1, confidence=value)])
+
+
+# Values of every type the write path puts in a JSON parameter, with the awkward ones, and the
+# column type Postgres reads each into: what it reads from json_text's encoding must be what it
+# read from json.dumps's.
+JSON_VALUES: list[tuple[object, str]] = [
+    (uuid.UUID("12345678-1234-5678-1234-567812345678"), "uuid"),
+    (datetime(2026, 12, 5, 2, 52, 51, 526326, tzinfo=UTC), "timestamptz"),
+    (datetime(2026, 12, 5, 4, 52, tzinfo=timezone(timedelta(hours=2))), "timestamptz"),
+    (date(2026, 12, 5), "date"),
+    (Decimal("0.000123400"), "numeric"),
+    (Decimal("12"), "numeric"),
+    (0.30000000000000004, "float8"),
+    (1e16, "float8"),
+    (2**70, "numeric"),
+    *((text, "text") for text in AWKWARD),
+    ("tab\tnew\nline \u2028 \x7f", "text"),
+    (["a", "b, c"], "text[]"),
+    ({"nested": [1, 2.5, None, True, {"k": "é"}], "n": 1e16}, "jsonb"),
+]
+
+
+@pytest.mark.parametrize(("value", "column"), JSON_VALUES, ids=repr)
+def test_json_text_reads_in_postgres_as_json_dumps_did(value: object, column: str) -> None:
+    old = json.dumps([{"v": value}], default=_json_default, allow_nan=False)
+    new = json_text([{"v": value}])
+
+    read = f"SELECT v::text FROM json_to_recordset(%s::json) AS r(v {column})"
+    with connection.cursor() as cursor:
+        cursor.execute(read, [old])
+        before = cursor.fetchone()
+        cursor.execute(read, [new])
+        after = cursor.fetchone()
+    assert after == before
+
+
+def test_json_text_falls_back_to_json_dumps_for_what_msgspec_refuses() -> None:
+    """A lone surrogate (a JSON body may escape one): json.dumps's escape, which Postgres then
+    refuses in jsonb as it always did."""
+    assert json_text(["\ud800"]) == json.dumps(["\ud800"])
+    with pytest.raises(TypeError, match="no JSON form"):
+        json_text([object()])
 
 
 def test_fetch_loads_instances_as_the_orm_does_in_key_order() -> None:

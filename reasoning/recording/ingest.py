@@ -36,7 +36,7 @@ from django.utils.crypto import salted_hmac
 
 from audit.actions import Action
 from audit.services import Event, payload_float, record_many
-from core.bulk import bound_cursor, fetch, insert_rows
+from core.bulk import bound_cursor, fetch, insert_rows, json_text
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
 from patients.models import Patient
 from reasoning import metrics, rollups
@@ -563,8 +563,31 @@ def _insert(plans: Sequence[Plan], now: datetime) -> None:
 
 
 def _update_flows(flows: Sequence[ReasoningFlow], rollup: Sequence[bool]) -> None:
-    """Step counts, usage and close fields of stored flows, in one statement; with the dirty marks
-    of the hours of those whose ``rollup`` is true (closed, or given a cost)."""
+    """Step counts, usage and close fields of stored flows, in one statement of one parameter (the
+    rows as JSON, as ``core.bulk.insert_rows`` sends them); with the dirty marks of the hours of
+    those whose ``rollup`` is true (closed, or given a cost)."""
+    rows = [
+        {
+            "id": flow.pk,
+            "step_count": flow.step_count,
+            "flow_state": flow.flow_state,
+            "closed_at": flow.closed_at,
+            "outcome_type": flow.outcome_type,
+            "outcome_summary": flow.outcome_summary,
+            "outcome_confidence": flow.outcome_confidence,
+            "abort_reason": flow.abort_reason,
+            "outcome_metrics": flow.outcome_metrics,
+            "patient_safe_summary": flow.patient_safe_summary,
+            "summary_guard_rule": flow.summary_guard_rule,
+            "dimensions_snapshot": flow.dimensions_snapshot,
+            "input_tokens": flow.input_tokens,
+            "output_tokens": flow.output_tokens,
+            "cost_usd": flow.cost_usd,
+            "model_names": flow.model_names,
+            "rollup": marked,
+        }
+        for flow, marked in zip(flows, rollup, strict=True)
+    ]
     with bound_cursor() as cursor:
         cursor.execute(
             f"""
@@ -574,49 +597,29 @@ def _update_flows(flows: Sequence[ReasoningFlow], rollup: Sequence[bool]) -> Non
                 input_tokens = v.input_tokens,
                 output_tokens = v.output_tokens,
                 cost_usd = v.cost_usd,
-                model_names = ARRAY(SELECT jsonb_array_elements_text(v.model_names::jsonb)),
+                model_names = v.model_names,
                 flow_state = v.flow_state,
                 closed_at = v.closed_at,
                 outcome_type = v.outcome_type,
                 outcome_summary = v.outcome_summary,
                 outcome_confidence = v.outcome_confidence,
                 abort_reason = v.abort_reason,
-                outcome_metrics = v.outcome_metrics::jsonb,
+                outcome_metrics = v.outcome_metrics,
                 patient_safe_summary = v.patient_safe_summary,
                 summary_guard_rule = v.summary_guard_rule,
-                dimensions_snapshot = v.dimensions_snapshot::jsonb
-            FROM unnest(
-                %s::uuid[], %s::int[], %s::text[], %s::timestamptz[], %s::text[], %s::text[],
-                %s::float8[], %s::text[], %s::text[], %s::bool[], %s::text[], %s::text[],
-                %s::int8[], %s::int8[], %s::numeric[], %s::text[], %s::bool[]
-            ) AS v(id, step_count, flow_state, closed_at, outcome_type, outcome_summary,
-                   outcome_confidence, abort_reason, outcome_metrics, patient_safe_summary,
-                   summary_guard_rule, dimensions_snapshot, input_tokens, output_tokens, cost_usd,
-                   model_names, rollup)
+                dimensions_snapshot = v.dimensions_snapshot
+            FROM json_to_recordset(%s::json) AS v(
+                id uuid, step_count int, flow_state text, closed_at timestamptz, outcome_type text,
+                outcome_summary text, outcome_confidence float8, abort_reason text, outcome_metrics jsonb,
+                patient_safe_summary bool, summary_guard_rule text, dimensions_snapshot jsonb,
+                input_tokens int8, output_tokens int8, cost_usd numeric, model_names text[], rollup bool
+            )
             WHERE f.id = v.id
             RETURNING f.created_at, v.rollup
             ), inserted AS (SELECT created_at FROM updated WHERE rollup)
             {rollups.MARK_HOURS}
             """,  # noqa: S608 (constants of this code base)
-            [
-                [flow.pk for flow in flows],
-                [flow.step_count for flow in flows],
-                [flow.flow_state for flow in flows],
-                [flow.closed_at for flow in flows],
-                [flow.outcome_type for flow in flows],
-                [flow.outcome_summary for flow in flows],
-                [flow.outcome_confidence for flow in flows],
-                [flow.abort_reason for flow in flows],
-                [json.dumps(flow.outcome_metrics) for flow in flows],
-                [flow.patient_safe_summary for flow in flows],
-                [flow.summary_guard_rule for flow in flows],
-                [None if flow.dimensions_snapshot is None else json.dumps(flow.dimensions_snapshot) for flow in flows],
-                [flow.input_tokens for flow in flows],
-                [flow.output_tokens for flow in flows],
-                [flow.cost_usd for flow in flows],
-                [json.dumps(flow.model_names) for flow in flows],
-                list(rollup),
-            ],
+            [json_text(rows)],
         )
 
 
