@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
@@ -19,7 +19,7 @@ from pathways.matcher import Candidate, active_client, check_query, match
 from pathways.models import Pathway, PathwayHit
 from pathways.radar import candidate_radars
 from pathways.stats import LibraryOverview, PathwayStats, library_overview, pathway_stats
-from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.models import ReasoningFlow
 
 logger = logging.getLogger(__name__)
 
@@ -44,30 +44,36 @@ def disqualifier(flow: ReasoningFlow) -> str | None:
 
 
 @transaction.atomic
-def extract_pathway(flow_id: uuid.UUID, *, actor: str = EXTRACTOR_ACTOR) -> Pathway | None:
+def extract_pathway(
+    flow_id: uuid.UUID, *, actor: str = EXTRACTOR_ACTOR, flow: ReasoningFlow | None = None
+) -> Pathway | None:
     """Turn a qualifying closed flow into a pathway; idempotent on the flow.
 
     Audits ``reasoning.pathway.extracted`` or ``reasoning.pathway.skipped`` (with the
-    disqualifier). Returns the pathway (new or existing), or None when skipped.
+    disqualifier). Returns the pathway (new or existing), or None when skipped. ``flow``: the
+    flow as stored, when the caller has it (a closed flow no longer changes), else it is read.
     """
-    flow = ReasoningFlow.objects.filter(pk=flow_id).first()
     if flow is None:
-        raise NotFound(f"flow {flow_id} does not exist")
-    existing = Pathway.objects.filter(seed_flow_id=flow_id).first()
-    if existing is not None:
-        return existing
+        flow = ReasoningFlow.objects.filter(pk=flow_id).first()
+        if flow is None:
+            raise NotFound(f"flow {flow_id} does not exist")
+    # The pathway it seeded already, if any, and its steps' kinds and agents: one round trip.
+    with connection.cursor() as cursor:
+        cursor.execute(_SEEDED_AND_STEPS, [flow_id, flow_id, flow_id])
+        existing_id, kinds, agents = cursor.fetchone()
+    if existing_id is not None:
+        return Pathway.objects.get(pk=existing_id)
     reason = disqualifier(flow)
     if reason is not None:
         record(Action.PATHWAY_SKIPPED, actor=actor, target=flow, payload={"disqualifier": reason})
         return None
-    steps = list(ReasoningStep.objects.filter(flow_id=flow_id).order_by("position").values_list("kind", "agent"))
     try:
         with transaction.atomic():  # savepoint: a concurrent extraction of the same flow wins
             pathway = Pathway.objects.create(
                 trigger_type=flow.trigger_type,
                 trigger_ref=flow.trigger_ref,
-                step_kinds=[kind for kind, _ in steps],
-                agents=sorted({agent for _, agent in steps}),
+                step_kinds=kinds,
+                agents=sorted(set(agents)),
                 seed_flow=flow,
                 confidence=flow.outcome_confidence or 0.0,  # not None: the qualifier checked it
             )
@@ -77,9 +83,16 @@ def extract_pathway(flow_id: uuid.UUID, *, actor: str = EXTRACTOR_ACTOR) -> Path
         Action.PATHWAY_EXTRACTED,
         actor=actor,
         target=pathway,
-        payload={"flow_id": str(flow_id), "trigger_type": pathway.trigger_type, "step_count": len(steps)},
+        payload={"flow_id": str(flow_id), "trigger_type": pathway.trigger_type, "step_count": len(kinds)},
     )
     return pathway
+
+
+_SEEDED_AND_STEPS = """
+SELECT (SELECT id FROM pathways_pathway WHERE seed_flow_id = %s),
+       coalesce((SELECT array_agg(kind ORDER BY position) FROM reasoning_step WHERE flow_id = %s), '{}'),
+       coalesce((SELECT array_agg(agent ORDER BY position) FROM reasoning_step WHERE flow_id = %s), '{}')
+"""
 
 
 def skip_events(flows: Sequence[ReasoningFlow]) -> list[Event]:
@@ -101,8 +114,9 @@ def owes_extraction(flow: ReasoningFlow) -> bool:
 
 def perform_extraction(flow: ReasoningFlow) -> str | None:
     """Close receiver ``pathways.extract``: extract, in the outbox's transaction; the extraction
-    audits itself (extracted, or skipped with the disqualifier)."""
-    extract_pathway(flow.pk)
+    audits itself (extracted, or skipped with the disqualifier). ``flow`` is as committed (the
+    closing request's own, or read by the job)."""
+    extract_pathway(flow.pk, flow=flow)
     return None
 
 

@@ -134,8 +134,8 @@ def radars_of(
     new: Collection[uuid.UUID] = (),
 ) -> dict[uuid.UUID, dict[str, dict[str, Any]]]:
     """The radars of several flows whose steps the caller has (closing flows): a few queries
-    whatever their number (aborted siblings, and the library's facts). ``new``: flows being
-    created in this transaction."""
+    whatever their number (aborted siblings, and the library's facts). ``new``: flows no pathway
+    can name yet (created in this transaction, or still active until it commits)."""
     siblings = aborted_siblings_of(flows)
     facts = library_facts_of(flows, new)
     return {

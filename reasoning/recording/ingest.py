@@ -504,13 +504,12 @@ def _close_all(plans: Sequence[Plan], *, stored_steps: Mapping[uuid.UUID, Reason
     confidences: dict[uuid.UUID, list[float]] = {plan.flow.pk: [] for plan in plans}
     earlier = [plan.flow.pk for plan in plans if not plan.new_flow]
     if earlier:
-        rows = (
-            ReasoningStep.objects.filter(flow_id__in=earlier)
-            .order_by("flow_id", "position")
-            .values_list("flow_id", "kind", "agent", "confidence", "outputs", "summary_text")
-        )
+        with bound_cursor() as cursor:
+            cursor.execute(_EARLIER_STEPS, [earlier])
+            rows = cursor.fetchall()
         for flow_id, kind, agent, confidence, outputs, summary in rows:
-            facts[flow_id].append(StepFacts(kind, agent, confidence, outputs))
+            # Django has psycopg hand jsonb over as text (JSONField parses it); so do we.
+            facts[flow_id].append(StepFacts(kind, agent, confidence, json.loads(outputs)))
             summaries[flow_id].append(summary)
             if confidence is not None:
                 confidences[flow_id].append(confidence)
@@ -527,11 +526,19 @@ def _close_all(plans: Sequence[Plan], *, stored_steps: Mapping[uuid.UUID, Reason
         flow.patient_safe_summary = verdict.ok
         flow.summary_guard_rule = verdict.rule or ""
     # The radar counts aborted siblings among stored flows: rows of this request are not
-    # stored yet, so a closing flow never counts itself.
-    new = {plan.flow.pk for plan in plans if plan.new_flow}
-    radars = radars_of([plan.flow for plan in plans], facts, now=now, new=new)
+    # stored yet, so a closing flow never counts itself. No pathway can name a closing flow: only
+    # a completed flow seeds one, and these are active until this transaction commits.
+    radars = radars_of([plan.flow for plan in plans], facts, now=now, new=facts.keys())
     for plan in plans:
         plan.flow.dimensions_snapshot = radars[plan.flow.pk]
+
+
+# The stored steps of closing flows, as the radar, the outcome confidence and the summary guard read
+# them (a constant statement: cheaper than compiling the queryset on every close).
+_EARLIER_STEPS = (
+    "SELECT flow_id, kind, agent, confidence, outputs, summary_text FROM reasoning_step"
+    " WHERE flow_id = ANY(%s) ORDER BY flow_id, position"
+)
 
 
 # --- Writing -----------------------------------------------------------------------------------
