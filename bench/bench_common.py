@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
 import psycopg
 from psycopg import sql
 
@@ -166,3 +167,27 @@ def report(line: str) -> list[str]:
     for message in said:
         print(message, flush=True)
     return said
+
+
+def postmaster_pid(url: str) -> int | None:
+    """The PostgreSQL server's main process, when it runs on this machine (its data directory's
+    ``postmaster.pid``); None for a server elsewhere or a role that may not read the setting."""
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute("SHOW data_directory").fetchone()
+        return int((Path(row[0]) / "postmaster.pid").read_text().split()[0]) if row else None
+    except (psycopg.Error, OSError, ValueError, IndexError):
+        return None
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its live descendants (gunicorn's master and workers)."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total

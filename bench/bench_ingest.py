@@ -49,7 +49,6 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -63,9 +62,11 @@ from bench_common import (
     gunicorn_command,
     manage,
     percentile,
+    postmaster_pid,
     recreate_database,
     report,
     server_url,
+    tree_cpu_seconds,
     wait_until_up,
     with_database,
 )
@@ -324,17 +325,6 @@ def send_all(port: int, token: str, bodies: list[tuple[int, bytes]], clients: in
     return result
 
 
-def postmaster_pid(url: str) -> int | None:
-    """The PostgreSQL server's main process, when it runs on this machine (its data directory's
-    ``postmaster.pid``); None for a server elsewhere or a role that may not read the setting."""
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            row = conn.execute("SHOW data_directory").fetchone()
-        return int((Path(row[0]) / "postmaster.pid").read_text().split()[0]) if row else None
-    except (psycopg.Error, OSError, ValueError, IndexError):
-        return None
-
-
 # audit.chain.CHAINER_LOOP_LOCK_KEY: the chainer's session holds this advisory lock while it runs.
 CHAINER_LOOP_LOCK_KEY = 0x5246544C
 
@@ -423,19 +413,6 @@ def _process_cpu_seconds(pid: int) -> float:
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its live descendants (gunicorn's master and workers)."""
-    root = psutil.Process(pid)
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
 
 
 # --- Checks and the raw baseline ----------------------------------------------------------

@@ -35,9 +35,11 @@ from bench_common import (
     free_port,
     gunicorn_command,
     manage,
+    postmaster_pid,
     recreate_database,
     report,
     server_url,
+    tree_cpu_seconds,
     wait_until_up,
     with_database,
 )
@@ -89,6 +91,14 @@ def describe(result: dict[str, int]) -> str:
         f"({step_rate(result):.0f}/s), {result['flows']} flows, {result['errors']} errors; "
         f"latency p50 {result['p50_us'] / 1000:.1f} ms, p99 {result['p99_us'] / 1000:.1f} ms"
     )
+
+
+def cpu_per_request(used: dict[str, float], result: dict[str, int]) -> str:
+    """The CPU each component spent per request (PostgreSQL: every process of the server)."""
+    requests = max(result["requests"], 1)
+    parts = ", ".join(f"{name} {seconds * 1000 / requests:.2f}" for name, seconds in used.items())
+    missing = "" if "pg" in used else " (PostgreSQL runs elsewhere: not measured)"
+    return f"CPU per request (ms): {parts}, all {sum(used.values()) * 1000 / requests:.2f}{missing}"
 
 
 def raw_insert_rate(url: str, seconds: float) -> float:
@@ -145,13 +155,18 @@ def main() -> int:
         subprocess.Popen([sys.executable, "manage.py", "audit_chainer"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL),
     ]
     results: dict[str, dict[str, int]] = {}
+    postgres = postmaster_pid(bench_url)
+    components = {"web": procs[0].pid, "chainer": procs[1].pid, **({"pg": postgres} if postgres else {})}
     try:
         wait_until_up(port)
         run_wrk(port, token, args.connections, 3, "single")  # warm-up: connections, imports, caches
         for mode, shape in MODES.items():
             print(f"[3/5] wrk, {mode}: {args.connections} clients for {args.duration}s ({shape})", flush=True)
+            before = {name: tree_cpu_seconds(pid) for name, pid in components.items()}
             results[mode] = result = run_wrk(port, token, args.connections, args.duration, mode)
+            used = {name: tree_cpu_seconds(pid) - before[name] for name, pid in components.items()}
             print(f"  {describe(result)}", flush=True)
+            print(f"  {cpu_per_request(used, result)}", flush=True)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
