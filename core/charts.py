@@ -146,9 +146,9 @@ def column_chart(
     A column's segments are drawn only where their value is above zero.
     """
     width, height = WIDTH, TOP + COLUMN_HEIGHT + BOTTOM
-    left, right, top, bottom = LEFT, WIDTH - RIGHT, TOP, TOP + COLUMN_HEIGHT
     totals = [sum(_value(s.values, i) for s in series) for i in range(len(categories))]
     values = nice_ticks(max(totals, default=0), integer=integer)
+    left, right, top, bottom = _plot_left([fmt(v) for v in values]), WIDTH - RIGHT, TOP, TOP + COLUMN_HEIGHT
     scale = (bottom - top) / values[-1]
     slot = (right - left) / max(len(categories), 1)
     column = slot * COLUMN_FILL
@@ -191,9 +191,9 @@ def line_chart(
     (None) breaks the line. ``axis(top)`` may choose the tick values and their labels
     (durations pick a unit); by default ``nice_ticks(top)`` labelled with ``fmt``."""
     width, height = WIDTH, TOP + COLUMN_HEIGHT + BOTTOM
-    left, right, top, bottom = LEFT, WIDTH - RIGHT, TOP, TOP + COLUMN_HEIGHT
     highest = max((v for s in series for v in s.values if v is not None), default=0.0)
     values, tick_fmt = axis(highest) if axis is not None else (nice_ticks(highest), fmt)
+    left, right, top, bottom = _plot_left([tick_fmt(v) for v in values]), WIDTH - RIGHT, TOP, TOP + COLUMN_HEIGHT
     scale = (bottom - top) / values[-1]
     slot = (right - left) / max(len(categories), 1)
     lines: list[Line] = []
@@ -283,6 +283,13 @@ def bar_chart(
         legend=tuple(Legend(s.key, s.name) for s in series) if len(series) > 1 else (),
         rects=tuple(rects),
     )
+
+
+def _plot_left(tick_labels: Sequence[str]) -> float:
+    """Where a column or line chart's plot starts: ``LEFT``, or further right when the longest value
+    label (about 0.6 em a character, ending 6 units left of the plot) would not fit ("$0.00050")."""
+    longest = max((len(text) for text in tick_labels), default=0)
+    return max(LEFT, r(longest * FONT * 0.6 + 8))
 
 
 def _category_labels(texts: Sequence[str], left: float, slot: float, y: float) -> tuple[Label, ...]:

@@ -144,6 +144,20 @@ def test_stacked_bars_run_end_to_end_and_long_labels_are_shortened() -> None:
     assert label.text == name[: charts.LABEL_CHARS - 1] + "…" and label.full == name
 
 
+@pytest.mark.parametrize("top", [0.0005, 0.004, 12_500.0, 3.0])
+def test_every_value_label_fits_left_of_the_plot(top: float) -> None:
+    """A cost axis of fractions of a cent read ".00050" on the dashboard: the label ran off the
+    chart's left edge. The plot now starts where its longest label ends."""
+    for chart in (
+        charts.column_chart(["a", "b"], [Series("cost", "cost", [top, top / 2])], fmt=svg.usd, integer=False),
+        charts.line_chart(["a", "b"], [Series("cost", "cost", [top, None])], fmt=svg.usd),
+    ):
+        for tick in chart.ticks:
+            assert chart.tick_x - len(tick.label) * charts.FONT * 0.6 >= 0, tick.label
+    small = charts.column_chart(["a"], [Series("n", "n", [3])])
+    assert small.left == charts.LEFT  # short labels keep the usual margin
+
+
 def test_tick_labels_are_compact() -> None:
     assert [svg.plain(v) for v in (0, 2.5, 1500, 12_000, 3_000_000)] == ["0", "2.5", "1.5k", "12k", "3M"]
     assert svg.percent(100 / 3) == "33.3 %"
