@@ -120,7 +120,9 @@ TOLERANCE = 0.15
 _HIGHER_IS_BETTER = re.compile(r"(_per_s|ratio|recall_at_\d+)$")
 # Not figures: what was measured (a workload's size, its shape). A figure is compared only with
 # the baseline line measured the same way.
-CONTEXT_KEYS = frozenset({"flows", "flows_per_request", "pathways", "events", "sessions", "size", "requests"})
+CONTEXT_KEYS = frozenset(
+    {"flows", "flows_per_request", "pathways", "events", "sessions", "size", "requests", "steps_per_request"}
+)
 _PAIR = re.compile(r"([a-z][a-z0-9_]*)=([-+]?\d+(?:\.\d+)?)")
 
 
