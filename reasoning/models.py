@@ -578,11 +578,9 @@ class FlowRollupDirty(models.Model):
         return f"hour {self.hour.isoformat()} to recompute"
 
 
-class StepRollup(models.Model):
-    """Model usage of the steps written in one UTC hour, by step agent and model: the steps that
-    reported tokens, their tokens and cost (the dashboard's tokens and cost by agent and model).
-    Steps are insert-only, so the write path owes each transaction's usage as a
-    ``StepRollupPending`` row and the refresh job adds those in."""
+class _StepUsage(models.Model):
+    """The columns of a usage row: per UTC hour, step agent and model, the steps that reported
+    tokens, their tokens and their cost (over the ``priced`` steps: none, and the cost is unknown)."""
 
     id = models.BigAutoField(primary_key=True)
     hour = models.DateTimeField()
@@ -592,8 +590,17 @@ class StepRollup(models.Model):
     input_tokens = models.BigIntegerField()
     output_tokens = models.BigIntegerField()
     reasoning_tokens = models.BigIntegerField()
-    cost = models.DecimalField(max_digits=30, decimal_places=10)  # over the priced steps
-    priced = models.BigIntegerField()  # steps with a cost: none, and the pair's cost is unknown
+    cost = models.DecimalField(max_digits=30, decimal_places=10)
+    priced = models.BigIntegerField()
+
+    class Meta:
+        abstract = True
+
+
+class StepRollup(_StepUsage):
+    """Model usage of the steps written in one UTC hour, by step agent and model (the dashboard's
+    tokens and cost by agent and model). Steps are insert-only, so the write path owes each
+    transaction's usage as a ``StepRollupPending`` row and the refresh job adds those in."""
 
     class Meta:
         db_table = "reasoning_step_rollup"
@@ -606,21 +613,10 @@ class StepRollup(models.Model):
         return f"usage of {self.agent} with {self.model or '(no model)'} in the hour {self.hour.isoformat()}"
 
 
-class StepRollupPending(models.Model):
+class StepRollupPending(_StepUsage):
     """Usage owed to ``StepRollup``: a writing transaction's token-reporting steps per (hour,
     agent, model), or the negation of a dropped partition's. Append-only; the refresh job
     moves the rows into ``StepRollup`` and deletes them in one transaction."""
-
-    id = models.BigAutoField(primary_key=True)
-    hour = models.DateTimeField()
-    agent = models.CharField(max_length=100)
-    model = models.CharField(max_length=200)
-    steps = models.BigIntegerField()
-    input_tokens = models.BigIntegerField()
-    output_tokens = models.BigIntegerField()
-    reasoning_tokens = models.BigIntegerField()
-    cost = models.DecimalField(max_digits=30, decimal_places=10)
-    priced = models.BigIntegerField()
 
     class Meta:
         db_table = "reasoning_step_rollup_pending"
