@@ -47,6 +47,7 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from core.serializers import (
     _SURROGATE,
+    MAX_JSON_DEPTH,
     JSONObjectField,
     StrictBooleanField,
     StrictCharField,
@@ -361,12 +362,41 @@ def _datetime(field: serializers.DateTimeField) -> _Compiled:
     return _Compiled(str, check)
 
 
+def _plain_json(value: Any, depth: int) -> bool:
+    """Whether ``value`` is what JSONObjectField accepts as it is, built only of what a JSON parser
+    yields (dicts of text keys, lists, text, numbers, booleans, null): no NUL or lone surrogate in
+    any text, no NaN or infinity, nothing deeper than MAX_JSON_DEPTH. One walk, where DRF encodes the value to see that
+    it can (``json.dumps``) and then walks it; anything else is left to DRF."""
+    if depth > MAX_JSON_DEPTH:
+        return False
+    cls = value.__class__
+    if cls is str:
+        return "\x00" not in value and (value.isascii() or not _SURROGATE.search(value))
+    if cls is dict:
+        for key, item in value.items():
+            if key.__class__ is not str or "\x00" in key or (not key.isascii() and _SURROGATE.search(key)):
+                return False
+            if not _plain_json(item, depth + 1):
+                return False
+        return True
+    if cls is list:
+        return all(_plain_json(item, depth + 1) for item in value)
+    if cls is float:
+        return math.isfinite(value)  # DRF's encoder refuses NaN and the infinities
+    return cls is int or cls is bool or value is None
+
+
 def _json_object(field: JSONObjectField) -> _Compiled:
     _, calls = _validators(field, "json")
     to_internal_value = field.to_internal_value
+    plain = type(field) is JSONObjectField and not field.binary and field.encoder is None
 
     def check(value: Any, raw: Any) -> Any:
-        value = to_internal_value(value)
+        if plain:
+            if value.__class__ is not dict or not _plain_json(value, 0):
+                raise _Fallback
+        else:
+            value = to_internal_value(value)
         for call in calls:
             call(value)
         return value

@@ -13,7 +13,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from core.bulk import _json_default, fetch, insert_rows, json_text
+from core.bulk import _json_default, fetch, insert_rows, json_text, new_instance
 from reasoning.models import ReasoningFlow, ReasoningStep
 
 pytestmark = pytest.mark.django_db
@@ -187,3 +187,77 @@ def test_then_reads_the_inserted_rows_in_the_same_statement() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM reasoning_flow_rollup_dirty")
         assert cursor.fetchone() == (3,)
+
+
+@pytest.mark.filterwarnings("ignore:DateTimeField .* received a naive datetime")
+@pytest.mark.parametrize(
+    "started_at",
+    [
+        datetime(2026, 3, 1, 9, 30, 15, 123456, tzinfo=UTC),
+        datetime(2026, 3, 1, 9, 30, tzinfo=timezone(timedelta(hours=-5))),
+        datetime(2026, 3, 1, 9, 30),  # naive: made aware in the current time zone, as save() does
+        "2026-03-01T09:30:00+02:00",
+        None,
+    ],
+    ids=repr,
+)
+def test_a_datetime_column_stores_what_save_would(started_at: object) -> None:
+    owner = flow()
+    saved = step(owner, 1, started_at=started_at)
+    saved.save()
+    inserted = step(owner, 2, started_at=started_at)
+
+    insert_rows([inserted])
+
+    stored = ReasoningStep.objects.filter(flow=owner).order_by("position").values_list("started_at", flat=True)
+    assert stored[0] == stored[1]
+
+
+def test_fetch_takes_ids_as_uuids_or_as_text() -> None:
+    owner = flow()
+    rows = [step(owner, 1), step(owner, 2)]
+    insert_rows(rows)
+
+    assert [s.pk for s in fetch(ReasoningStep, {rows[1].pk, rows[0].pk})] == sorted(r.pk for r in rows)
+    assert [s.pk for s in fetch(ReasoningStep, [str(rows[0].pk), str(uuid.uuid4())])] == [rows[0].pk]
+
+
+def fields_of(obj: object) -> dict[str, object]:
+    return {name: value for name, value in vars(obj).items() if name != "_state"}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"kind": "retrieval", "agent": "a", "summary_text": "s", "request_hash": "h"},
+        {
+            "id": uuid.uuid4(),
+            "flow_id": uuid.uuid4(),
+            "position": 3,
+            "inputs": {"q": [1, None]},
+            "confidence": 0.5,
+            "started_at": datetime(2026, 3, 1, tzinfo=UTC),
+            "cost_usd": Decimal("0.0012"),
+            "pii_fields": ["name"],
+        },
+    ],
+    ids=["defaults", "values"],
+)
+def test_new_instance_is_the_instance_the_constructor_makes(values: dict[str, object]) -> None:
+    values = {**values, "created_at": datetime(2026, 3, 1, 12, tzinfo=UTC)}
+    made = new_instance(ReasoningStep, dict(values))
+    want = ReasoningStep(**values)
+
+    if "id" not in values:
+        made.id = want.id  # a fresh uuid4 each
+    assert list(fields_of(made)) == list(fields_of(want))
+    assert fields_of(made) == fields_of(want)
+    assert made._state.adding and made._state.db is None
+    assert new_instance(ReasoningStep, {}).inputs is not new_instance(ReasoningStep, {}).inputs  # fresh defaults
+
+
+def test_new_instance_leaves_relations_by_name_and_unknown_names_to_the_constructor() -> None:
+    owner = flow()
+    assert new_instance(ReasoningStep, {"flow": owner}).flow_id == owner.pk
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        new_instance(ReasoningStep, {"no_such_field": 1})

@@ -36,7 +36,7 @@ from django.utils.crypto import salted_hmac
 
 from audit.actions import Action
 from audit.services import Event, payload_float, record_many
-from core.bulk import bound_cursor, fetch, insert_rows, json_text
+from core.bulk import bound_cursor, fetch, insert_rows, json_text, new_instance
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
 from patients.models import Patient
 from reasoning import metrics, rollups
@@ -258,18 +258,21 @@ def _prepare_step(fields: dict[str, Any]) -> tuple[ReasoningStep, bool]:
     inputs, inputs_pii = _split_pii(fields.pop("inputs", None) or {}, pii_fields)
     outputs, outputs_pii = _split_pii(fields.pop("outputs", None) or {}, pii_fields)
     reasoning_content = fields.pop("reasoning_content", None) or None
-    step = ReasoningStep(
-        reasoning_content=reasoning_content,
-        reasoning_content_chars=len(reasoning_content) if reasoning_content else None,
-        id=client_id or uuid.uuid4(),
-        extra_parent_ids=list(dict.fromkeys(fields.pop("extra_parent_ids", None) or [])),
-        inputs=inputs,
-        outputs=outputs,
-        pii_fields=pii_fields,
-        inputs_pii=inputs_pii,
-        outputs_pii=outputs_pii,
-        request_hash=fingerprint,
-        **fields,
+    step = new_instance(
+        ReasoningStep,
+        {
+            "reasoning_content": reasoning_content,
+            "reasoning_content_chars": len(reasoning_content) if reasoning_content else None,
+            "id": client_id or uuid.uuid4(),
+            "extra_parent_ids": list(dict.fromkeys(fields.pop("extra_parent_ids", None) or [])),
+            "inputs": inputs,
+            "outputs": outputs,
+            "pii_fields": pii_fields,
+            "inputs_pii": inputs_pii,
+            "outputs_pii": outputs_pii,
+            "request_hash": fingerprint,
+            **fields,
+        },
     )
     step.cost_usd = pricing.step_cost(
         step.model, step.input_tokens, step.output_tokens, step.cached_tokens, at=step.started_at
@@ -283,7 +286,7 @@ def _split_pii(document: dict[str, Any], pii_fields: list[str]) -> tuple[dict[st
         return document, None
     secret = {key: document[key] for key in pii_fields if key in document}
     rest = {key: value for key, value in document.items() if key not in secret}
-    return rest, (json.dumps(secret) if secret else None)
+    return rest, (json_text(secret) if secret else None)
 
 
 def _stored_steps(
@@ -412,17 +415,19 @@ def _new_flow(item: Item, fingerprint: str, known_patients: set[uuid.UUID], now:
         raise _Rejected(InvalidInput("unknown patient", field=f"{item.where}patient_id"))
     if not fields.get("trace_id"):
         fields["trace_id"] = uuid.uuid4().hex
-    flow = ReasoningFlow(
-        patient_id=patient_id,
-        opened_by=actor,
-        request_hash=fingerprint,
-        root_span_id=item.root_span_id,
-        parent_span_id=item.parent_span_id,
-        created_at=item.created_at or now,
-        **fields,
+    return new_instance(
+        ReasoningFlow,
+        {
+            "patient_id": patient_id,
+            "opened_by": actor,
+            "request_hash": fingerprint,
+            "root_span_id": item.root_span_id,
+            "parent_span_id": item.parent_span_id,
+            "created_at": item.created_at or now,
+            **fields,
+            "id": item.flow_id or uuid.uuid4(),
+        },
     )
-    flow.id = item.flow_id or uuid.uuid4()
-    return flow
 
 
 def _closed(flow: ReasoningFlow, item: Item) -> Conflict:

@@ -51,7 +51,7 @@ from django.db import IntegrityError, connection, transaction
 from rest_framework.exceptions import ValidationError
 
 from core.api_views import flat_errors
-from core.bulk import fetch
+from core.bulk import fetch, uuid_array
 from core.serializers import validated
 from reasoning.models import PendingSpan, ReasoningFlow
 from reasoning.recording import ingest
@@ -440,11 +440,11 @@ def _stored(keys: Iterable[Key]) -> _Stored:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT id, NULL::uuid, agent, trigger_type = %s OR parent_span_id <> '', opened_by "
-            "FROM reasoning_flow WHERE id = ANY(%s) "
+            "FROM reasoning_flow WHERE id = ANY(%s::uuid[]) "
             "UNION ALL SELECT s.id, s.flow_id, s.agent, "
             "s.kind = %s OR f.trigger_type = %s OR f.parent_span_id <> '', f.opened_by "
-            "FROM reasoning_step s JOIN reasoning_flow f ON f.id = s.flow_id WHERE s.id = ANY(%s)",
-            [AGENT_TRIGGER, list(ids), AGENT, AGENT_TRIGGER, list(ids)],
+            "FROM reasoning_step s JOIN reasoning_flow f ON f.id = s.flow_id WHERE s.id = ANY(%s::uuid[])",
+            [AGENT_TRIGGER, wanted := uuid_array(ids), AGENT, AGENT_TRIGGER, wanted],
         )
         rows = cursor.fetchall()
     for pk, flow_id, agent, in_agent, owner in rows:
