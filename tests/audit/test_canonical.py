@@ -43,7 +43,7 @@ def canonical(payload: Any, created_at: datetime | None = None) -> bytes:
 
 # Text of every plane, controls and the characters JSON escapes included; no NUL and no lone
 # surrogate, which record() refuses (jsonb cannot store them).
-TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=12)
+TEXT = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=12)
 # The floats record() takes: those Python writes without an exponent, and no negative zero.
 FLOATS = st.floats(allow_nan=False, allow_infinity=False).filter(
     lambda value: "e" not in repr(value) and not (value == 0 and math.copysign(1.0, value) < 0)
