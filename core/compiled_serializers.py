@@ -365,8 +365,8 @@ def _datetime(field: serializers.DateTimeField) -> _Compiled:
 def _plain_json(value: Any, depth: int) -> bool:
     """Whether ``value`` is what JSONObjectField accepts as it is, built only of what a JSON parser
     yields (dicts of text keys, lists, text, numbers, booleans, null): no NUL or lone surrogate in
-    any text, no NaN or infinity, nothing deeper than MAX_JSON_DEPTH. One walk, where DRF encodes the value to see that
-    it can (``json.dumps``) and then walks it; anything else is left to DRF."""
+    any text, no NaN or infinity, nothing deeper than MAX_JSON_DEPTH. One walk, where DRF encodes
+    the value to see that it can (``json.dumps``) and then walks it; anything else is left to DRF."""
     if depth > MAX_JSON_DEPTH:
         return False
     cls = value.__class__

@@ -437,6 +437,7 @@ def _stored(keys: Iterable[Key]) -> _Stored:
     result = _Stored()
     if not ids:
         return result
+    wanted = uuid_array(ids)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT id, NULL::uuid, agent, trigger_type = %s OR parent_span_id <> '', opened_by "
@@ -444,7 +445,7 @@ def _stored(keys: Iterable[Key]) -> _Stored:
             "UNION ALL SELECT s.id, s.flow_id, s.agent, "
             "s.kind = %s OR f.trigger_type = %s OR f.parent_span_id <> '', f.opened_by "
             "FROM reasoning_step s JOIN reasoning_flow f ON f.id = s.flow_id WHERE s.id = ANY(%s::uuid[])",
-            [AGENT_TRIGGER, wanted := uuid_array(ids), AGENT, AGENT_TRIGGER, wanted],
+            [AGENT_TRIGGER, wanted, AGENT, AGENT_TRIGGER, wanted],
         )
         rows = cursor.fetchall()
     for pk, flow_id, agent, in_agent, owner in rows:
