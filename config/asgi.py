@@ -40,7 +40,7 @@ from django.core.asgi import get_asgi_application
 from django.core.wsgi import get_wsgi_application
 
 from core.asgi import answer_json
-from core.memory import tune_allocator
+from core.memory import freeze_startup_heap, tune_allocator
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -195,6 +195,8 @@ def build_application(threads: int = THREADS, body_timeout_s: float = BODY_TIMEO
 # Large buffers mapped and unmapped whole, so a bulk request's memory goes back (core.memory).
 tune_allocator()
 application = build_application()
+# What the worker loaded stays for its life: kept out of the cyclic collector's full passes.
+freeze_startup_heap()
 
 
 def django_asgi_application() -> Any:

@@ -7,6 +7,10 @@ for good; and the database driver's buffers grow to the largest statement and ne
 
 * ``tune_allocator()`` (at a web worker's start, ``config.asgi``): a fixed mmap threshold, so large
   buffers are always mapped and unmapped when freed; at most two malloc arenas.
+* ``freeze_startup_heap()`` (at a web worker's start, after it has loaded everything): what the
+  worker loaded is moved out of the cyclic collector's reach (``gc.freeze``), so full collections
+  walk only what requests allocate. A cycle among those objects freed later is never collected:
+  they are modules, settings and caches that live as long as the process.
 * ``ReleaseMemoryMiddleware``: after a request whose body was LARGE_BODY_BYTES or more (the bulk
   routes, rarely), drop what still holds its data, close this thread's database connections (the
   next request opens them again) and run ``gc.collect()`` and ``malloc_trim(0)``: tens of
@@ -47,6 +51,16 @@ def tune_allocator() -> bool:
     if mallopt is None:
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(_M_ARENA_MAX, ARENA_MAX))
+
+
+def freeze_startup_heap() -> int:
+    """Move every object alive now (a worker's modules, URLconf, settings: ~180,000 of them) out
+    of the cyclic collector's reach, as a worker finishes starting. They live as long as the
+    process, and a full collection would otherwise walk them all: ~0.1 s every few hundred
+    requests, about 4 % of a web worker's CPU at one flow a request. Returns how many."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def release_memory() -> None:
