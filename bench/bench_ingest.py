@@ -12,7 +12,9 @@
    threads, each with its own keep-alive connection, taking bodies from one queue. Only
    429/5xx and connection errors are retried. Every answer must be a 200 whose
    ``partial_success.rejected_spans`` is 0. The rate is spans / (last 2xx - first send): the
-   server acknowledges only after its commit.
+   server acknowledges only after its commit. This is done ``--rounds`` times (3), each round
+   with new traces, one after the other on the same server; every figure printed is the median
+   of the rounds' (a single round moves by up to a quarter on a shared 2-core machine).
 4. Counts in SQL that every flow is stored completed with its 5 steps (and no span is left
    pending); any shortfall fails the bench.
 5. Times a psycopg loop on the same database inserting rows of the same size (uuid,
@@ -49,6 +51,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from statistics import median
 from typing import Any
 
 import psutil
@@ -474,6 +477,13 @@ def main() -> int:
     # 3 workers on 2 cores, as in bench_write_path.py.
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers (default 3)")
     parser.add_argument("--raw-seconds", type=float, default=10.0, help="seconds of raw INSERT loop (default 10)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="workloads sent one after the other to the same server, each of --flows new traces; the figures "
+        "are the rounds' medians (default 3: one round moves by up to a quarter on a shared 2-core machine)",
+    )
     parser.add_argument("--keep-db", action="store_true", help=f"leave the {BENCH_DB} database for inspection")
     parser.add_argument(
         "--setup-sql",
@@ -499,14 +509,18 @@ def main() -> int:
     token = create_token(env, "bench-ingest", "reasoning.write,reasoning.admin")
 
     flows = generate(args.flows, SEED)
-    bodies = encode(flows, args.flows_per_request)
+    # Each round its own traces (the same ones from run to run): round 0 is the seed's workload.
+    rounds = [encode(flows, args.flows_per_request)] + [
+        encode(generate(args.flows, SEED + 100 * n), args.flows_per_request) for n in range(1, args.rounds)
+    ]
+    bodies = rounds[0]
     warmup = encode(generate(WARMUP_FLOWS, WARMUP_SEED), args.flows_per_request)
     payloads = attribute_payloads(flows)
     total_spans = sum(spans for spans, _ in bodies)
     mean_json = sum(len(p.encode()) for p in payloads) / len(payloads)
     megabytes = sum(len(body) for _, body in bodies) / 1e6
     print(
-        f"  workload: {args.flows} flows, {total_spans} spans in {len(bodies)} requests "
+        f"  workload: {args.rounds} round(s) of {args.flows} flows, {total_spans} spans in {len(bodies)} requests "
         f"({megabytes:.1f} MB of protobuf); attributes {mean_json:.0f} bytes of JSON per span",
         flush=True,
     )
@@ -524,17 +538,24 @@ def main() -> int:
         if warm.errors:
             sys.exit(f"FAILED: warm-up: {warm.first_error}; {BENCH_DB} kept")
         print(
-            f"[3/5] OTLP: {len(bodies)} requests of {args.flows_per_request} flows from {args.clients} clients",
+            f"[3/5] OTLP: {args.rounds} round(s) of {len(bodies)} requests of {args.flows_per_request} flows "
+            f"from {args.clients} clients",
             flush=True,
         )
         postgres = postmaster_pid(bench_url)
         components = {"web": gunicorn.pid, "chainer": procs[1].pid, **({"pg": postgres} if postgres else {})}
-        before = {name: tree_cpu_seconds(pid) for name, pid in components.items()}
         sampler = WaitSampler(bench_url, BENCH_DB)
         sampler.start()
-        result = send_all(port, token, bodies, args.clients)
+        measured: list[tuple[SendResult, dict[str, float]]] = []
+        for number, round_bodies in enumerate(rounds, 1):
+            before = {name: tree_cpu_seconds(pid) for name, pid in components.items()}
+            round_result = send_all(port, token, round_bodies, args.clients)
+            round_used = {name: tree_cpu_seconds(pid) - before[name] for name, pid in components.items()}
+            measured.append((round_result, round_used))
+            if args.rounds > 1:
+                print(f"  round {number}: {_round_line(round_result, round_used)}", flush=True)
         sampler.stop()
-        used = {name: tree_cpu_seconds(pid) - before[name] for name, pid in components.items()}
+        result, used = _median_round(measured)
         cpu = used["web"]
         counts = stored_counts(bench_url)
     finally:
@@ -555,11 +576,12 @@ def main() -> int:
         flush=True,
     )
     if "pg" in used:
-        parts = sampler.cpu_by_part()
+        parts = sampler.cpu_by_part()  # over every round
+        all_spans = sum(round_result.spans for round_result, _ in measured)
         print(
             "  PostgreSQL CPU by session: "
             + ", ".join(
-                f"{part} {parts.get(part, 0.0):.1f} s ({parts.get(part, 0.0) * 1000 / result.spans:.3f} ms/span)"
+                f"{part} {parts.get(part, 0.0):.1f} s ({parts.get(part, 0.0) * 1000 / all_spans:.3f} ms/span)"
                 for part in ("web", "chainer", "server")
             )
             + " (server: WAL writer, checkpointer, autovacuum, ...)",
@@ -570,7 +592,7 @@ def main() -> int:
     if result.errors:
         print(f"  first error: {result.first_error}", flush=True)
 
-    expected_flows = args.flows + WARMUP_FLOWS
+    expected_flows = args.flows * args.rounds + WARMUP_FLOWS
     expected = {
         "flows": expected_flows,
         "completed": expected_flows,
@@ -583,8 +605,9 @@ def main() -> int:
         "warm-up included)",
         flush=True,
     )
-    if result.errors or counts != expected:
-        sys.exit(f"FAILED: {result.errors} failed requests, stored {counts}, expected {expected}; {BENCH_DB} kept")
+    errors = sum(round_result.errors for round_result, _ in measured)
+    if errors or counts != expected:
+        sys.exit(f"FAILED: {errors} failed requests, stored {counts}, expected {expected}; {BENCH_DB} kept")
 
     print(f"[4/5] raw psycopg INSERT loop, 100 rows per transaction, for {args.raw_seconds:.0f}s", flush=True)
     raw_rate = raw_batched_rate(bench_url, args.raw_seconds, payloads)
@@ -592,16 +615,35 @@ def main() -> int:
     print(f"  {audit_check(env)}", flush=True)
     if not args.keep_db:
         drop_database(url, BENCH_DB)
-    rate = total_spans / result.seconds
+    rate = median(round_result.spans / round_result.seconds for round_result, _ in measured)
     shape = f"flows_per_request={args.flows_per_request}"
     report(f"ingest_spans_per_s={rate:.0f} raw_batched_rows_per_s={raw_rate:.0f} ratio={rate / raw_rate:.3f} {shape}")
-    per_span = {name: seconds * 1000 / result.spans for name, seconds in used.items()}
+    per_span = {
+        name: median(round_used[name] * 1000 / round_result.spans for round_result, round_used in measured)
+        for name in used
+    }
+    server = median(sum(round_used.values()) * 1000 / round_result.spans for round_result, round_used in measured)
     report(
-        f"ingest_server_cpu_ms_per_span={sum(per_span.values()):.3f} "
+        f"ingest_server_cpu_ms_per_span={server:.3f} "
         + " ".join(f"ingest_{name}_cpu_ms_per_span={value:.3f}" for name, value in per_span.items())
         + f" {shape}"
     )
     return 0
+
+
+def _round_line(result: SendResult, used: dict[str, float]) -> str:
+    per_span = {name: seconds * 1000 / max(result.spans, 1) for name, seconds in used.items()}
+    return (
+        f"{result.spans / max(result.seconds, 1e-9):.0f} spans/s, CPU a span {sum(per_span.values()):.3f} ms ("
+        + ", ".join(f"{name} {value:.3f}" for name, value in per_span.items())
+        + ")"
+    )
+
+
+def _median_round(measured: list[tuple[SendResult, dict[str, float]]]) -> tuple[SendResult, dict[str, float]]:
+    """The round of median rate, for the details printed (each key=value figure is its own median)."""
+    ordered = sorted(measured, key=lambda pair: pair[0].spans / max(pair[0].seconds, 1e-9))
+    return ordered[len(ordered) // 2]
 
 
 if __name__ == "__main__":
