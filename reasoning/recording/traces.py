@@ -431,9 +431,10 @@ def _stored(keys: Iterable[Key]) -> _Stored:
     """The spans among ``keys`` already stored, found by their derived ids in one statement: as
     flows they opened, as steps they became, and (root calls) as their flows' first steps.
 
-    Steps are found through their id registry (one unpartitioned key) and then their partition's
-    key: by ``reasoning_step``'s partitions alone, a partition not yet analysed (a fresh database,
-    the first minute of a month) is read whole for every request, ~2 ms at 10,000 steps."""
+    Steps are found through their id registry (one unpartitioned key), then by their partition's
+    key: by ``reasoning_step``'s partitions alone, a partition without statistics, or with those of
+    when it was small (a fresh database, the first minute of a month), was read whole for every
+    request, ~2 ms at 10,000 steps."""
     ids: dict[uuid.UUID, tuple[Key, bool]] = {}
     for key in keys:
         ids[span_uuid(*key)] = (key, False)
@@ -448,9 +449,15 @@ def _stored(keys: Iterable[Key]) -> _Stored:
             "FROM reasoning_flow WHERE id = ANY(%s::uuid[]) "
             "UNION ALL SELECT s.id, s.flow_id, s.agent, "
             "s.kind = %s OR f.trigger_type = %s OR f.parent_span_id <> '', f.opened_by "
-            "FROM reasoning_step_registry r "
-            "JOIN reasoning_step s ON s.id = r.id AND s.flow_created_at = r.flow_created_at "
-            "JOIN reasoning_flow f ON f.id = s.flow_id WHERE r.id = ANY(%s::uuid[])",
+            # For each registered id its step by key, then the step's flow by key, whatever the
+            # planner believes of the tables' sizes (LIMIT: a subquery it cannot merge into a join
+            # that starts from the flows and reads all their steps).
+            "FROM reasoning_step_registry r, "
+            "LATERAL (SELECT id, flow_id, agent, kind FROM reasoning_step "
+            "WHERE id = r.id AND flow_created_at = r.flow_created_at LIMIT 1) s, "
+            "LATERAL (SELECT trigger_type, parent_span_id, opened_by FROM reasoning_flow "
+            "WHERE id = s.flow_id LIMIT 1) f "
+            "WHERE r.id = ANY(%s::uuid[])",
             [AGENT_TRIGGER, wanted, AGENT, AGENT_TRIGGER, wanted],
         )
         rows = cursor.fetchall()
