@@ -67,6 +67,16 @@ _db = _postgres_url("DATABASE_URL", str(_database_url))
 if EMBEDDED_DATABASE:
     # The embedded server listens on a Unix socket only; keep the project's own database.
     _db["HOST"] = _db.get("OPTIONS", {}).pop("host", "")
+# Parameters travel apart from the statement's text (Django's psycopg cursors otherwise quote them
+# into it), and a statement a connection has run DB_PREPARE_THRESHOLD times is prepared: PostgreSQL
+# parses and plans it once. On the write path that is a quarter of PostgreSQL's CPU a request
+# (docs/performance.md, "Prepared statements"). DB_PREPARE_THRESHOLD=off for a pooler that cannot
+# carry prepared statements (PgBouncer in transaction mode before 1.21).
+_db_options = _db.setdefault("OPTIONS", {})
+_db_options["server_side_binding"] = env_bool("DB_SERVER_SIDE_BINDING", default=True)
+_prepare = (env_str("DB_PREPARE_THRESHOLD") or "").strip().lower()
+_db_options["prepare_threshold"] = None if _prepare == "off" else env_int("DB_PREPARE_THRESHOLD", 5, minimum=0)
+
 # The owner's credentials and address (same database name): see audit/privileges.py.
 DATABASE_MIGRATION: dict[str, Any] | None = None
 if _migration_url:
@@ -104,6 +114,8 @@ if _replica_url:
     _replica = _postgres_url("DATABASE_REPLICA_URL", _replica_url, same_database_as=_db)
     _replica["CONN_MAX_AGE"] = _db["CONN_MAX_AGE"]
     _replica["CONN_HEALTH_CHECKS"] = _db["CONN_HEALTH_CHECKS"]
+    for _option in ("server_side_binding", "prepare_threshold"):
+        _replica.setdefault("OPTIONS", {})[_option] = _db_options[_option]
     # Tests run against the primary's test database under this alias too.
     _replica["TEST"] = {"MIRROR": "default"}
     DATABASES["replica"] = _replica

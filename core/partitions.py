@@ -75,19 +75,17 @@ def create_month(cursor: CursorWrapper, table: str, month: datetime) -> str | No
     if table in WITH_DEFAULT:
         cursor.execute(sql.SQL("SELECT count(*) FROM {} WHERE {} >= %s AND {} < %s").format(default, key, key), bounds)
         moved = cursor.fetchone()[0]
+    # DDL takes no parameters (the connection binds them server-side): the bounds as literals.
+    values = sql.SQL("FOR VALUES FROM ({}) TO ({})").format(*map(sql.Literal, bounds))
     if not moved:
-        cursor.execute(
-            sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM (%s) TO (%s)").format(child, parent), bounds
-        )
+        cursor.execute(sql.SQL("CREATE TABLE {} PARTITION OF {} {}").format(child, parent, values))
         return name
     cursor.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(child, parent))
     cursor.execute(
         sql.SQL("INSERT INTO {} SELECT * FROM {} WHERE {} >= %s AND {} < %s").format(child, default, key, key), bounds
     )
     cursor.execute(sql.SQL("DELETE FROM {} WHERE {} >= %s AND {} < %s").format(default, key, key), bounds)
-    cursor.execute(
-        sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM (%s) TO (%s)").format(parent, child), bounds
-    )
+    cursor.execute(sql.SQL("ALTER TABLE {} ATTACH PARTITION {} {}").format(parent, child, values))
     return name
 
 

@@ -1,4 +1,5 @@
-"""Secrets from files, and DEBUG only on loopback: ``config.settings`` imported in a fresh interpreter.
+"""Secrets from files, DEBUG only on loopback, and the database connections' options:
+``config.settings`` imported in a fresh interpreter.
 
 Every key, token and password the settings read may come from ``<NAME>_FILE`` (``config.env.env_str``),
 the way container secrets are mounted; the file's content is stripped of its trailing newline.
@@ -35,6 +36,7 @@ print(json.dumps({
     "DATABASE_MIGRATION_PASSWORD": (s.DATABASE_MIGRATION or {}).get("PASSWORD"),
     "DEBUG": s.DEBUG,
     "ALLOWED_HOSTS": s.ALLOWED_HOSTS,
+    "DATABASE_OPTIONS": {alias: db["OPTIONS"] for alias, db in s.DATABASES.items()},
 }))
 """
 
@@ -218,3 +220,37 @@ def test_a_bad_audit_key_stops_start_up_naming_the_variable(tmp_path: Path, keys
 
     assert run.returncode != 0
     assert message in run.stderr, run.stderr[-2000:]
+
+
+def test_statements_are_bound_server_side_and_prepared_on_every_connection_by_default(tmp_path: Path) -> None:
+    run = _settings(tmp_path, **_remote(tmp_path), DATABASE_REPLICA_URL="postgres://rft_app@replica.internal/rft")
+
+    assert run.returncode == 0, run.stderr
+    options = json.loads(run.stdout)["DATABASE_OPTIONS"]
+    assert set(options) == {"default", "replica"}
+    for alias in options.values():
+        assert alias["server_side_binding"] is True and alias["prepare_threshold"] == 5
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"DB_PREPARE_THRESHOLD": "off"}, {"server_side_binding": True, "prepare_threshold": None}),
+        ({"DB_PREPARE_THRESHOLD": "0"}, {"server_side_binding": True, "prepare_threshold": 0}),
+        ({"DB_SERVER_SIDE_BINDING": "false"}, {"server_side_binding": False, "prepare_threshold": 5}),
+    ],
+)
+def test_preparing_and_binding_can_be_turned_off(
+    tmp_path: Path, env: dict[str, str], expected: dict[str, object]
+) -> None:
+    run = _settings(tmp_path, **_remote(tmp_path), **env)
+
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["DATABASE_OPTIONS"]["default"] == expected
+
+
+def test_a_bad_prepare_threshold_stops_start_up_naming_the_variable(tmp_path: Path) -> None:
+    run = _settings(tmp_path, **_remote(tmp_path), DB_PREPARE_THRESHOLD="often")
+
+    assert run.returncode != 0
+    assert "ImproperlyConfigured: DB_PREPARE_THRESHOLD must be an integer, got 'often'" in run.stderr

@@ -31,7 +31,11 @@ from patients.models import Patient
 from reasoning.models import ReasoningFlow
 
 COLUMNS = ("id", "created_at", "actor", "action", "target_type", "target_id")
+# Each a constant with the flows' ids as one array parameter (a patient's flows are unbounded;
+# PostgreSQL takes at most 65,535 parameters a statement, and reads `x IN (…)` as `x = ANY(…)`).
 _TURN_HELD = "payload->'flow_ids' ?| %s::text[]"
+_FLOW_TARGETED = "target_id = ANY(%s::text[])"
+_STEP_OF_FLOW = "payload->>'flow_id' = ANY(%s::text[])"
 
 
 @dataclass(frozen=True)
@@ -67,12 +71,11 @@ def access_report(
         flows = [str(pk) for pk in ReasoningFlow.objects.filter(patient_id=patient_id).values_list("pk", flat=True)]
         touched = Q(target_type=Patient._meta.label_lower, target_id=str(patient_id))
         if flows:
-            turn = RawSQL(_TURN_HELD, [flows], output_field=BooleanField())  # noqa: S611 (a constant; ids are parameters)
-            touched |= (
-                Q(target_type=ReasoningFlow._meta.label_lower, target_id__in=flows)
-                | Q(payload__flow_id__in=flows)
-                | Q(turn)
+            targeted, step_of, turn = (
+                RawSQL(sql, [flows], output_field=BooleanField())  # noqa: S611 (constants; ids are parameters)
+                for sql in (_FLOW_TARGETED, _STEP_OF_FLOW, _TURN_HELD)
             )
+            touched |= Q(Q(target_type=ReasoningFlow._meta.label_lower) & Q(targeted)) | Q(step_of) | Q(turn)
         events = events.filter(touched)
     if actor:
         events = events.filter(actor=actor)

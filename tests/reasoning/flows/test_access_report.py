@@ -14,6 +14,7 @@ from io import StringIO
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -151,3 +152,28 @@ def test_the_page_names_a_bad_field_and_refuses_an_operator_without_the_permissi
     refused = logged_in(plain).get(PAGE, {"actor": "token:x"})
     assert refused.status_code == 403
     assert events("admin.audit.access_report") == []
+
+
+def test_the_report_for_a_patient_with_more_flows_than_a_statement_takes_parameters(
+    consenting_patient: Patient, make_token: Callable[..., str]
+) -> None:
+    """Statements carry their parameters apart from their text (config.settings: server-side
+    binding), and PostgreSQL takes at most 65,535 a statement: a patient's flows, unbounded,
+    go to it as one array each."""
+    first = make_flow(consenting_patient)
+    with connection.cursor() as cursor:  # 40,000 more flows of the patient, copies of the first
+        cursor.execute(
+            "CREATE TEMP TABLE copies AS SELECT f.* FROM reasoning_flow f, generate_series(1, 40000) WHERE f.id = %s",
+            [first],
+        )
+        cursor.execute("UPDATE copies SET id = gen_random_uuid()")
+        cursor.execute("INSERT INTO reasoning_flow SELECT * FROM copies")
+    admin = client(make_token("reasoning.admin", name="on-call"))
+    assert admin.get(f"/admin/v1/reasoning/flows/{first}").status_code == 200
+
+    rows = report_rows(patient=str(consenting_patient.pk))
+
+    assert ("token:on-call", "admin.reasoning.flow.read", str(first)) in {
+        (row["actor"], row["action"], row["target_id"]) for row in rows
+    }
+    assert {"reasoning.step.created", "reasoning.flow.completed"} <= {row["action"] for row in rows}
