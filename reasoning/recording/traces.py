@@ -520,9 +520,7 @@ def _items(
                 parent_span_id=span.parent_span_id,
                 created_at=span.start,
                 closed_at=span.end,
-                fingerprint=ingest.request_fingerprint(
-                    {"flow": span.flow, "close": span.close, "start": span.start, "end": span.end}
-                ),
+                fingerprinted={"flow": span.flow, "close": span.close, "start": span.start, "end": span.end},
                 step_where="",
             )
             item_spans.insert(0, (key, span))

@@ -18,6 +18,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.recording import ingest as ingest_service
 from tests.factories import add_step, open_flow
 
 pytestmark = pytest.mark.django_db
@@ -137,6 +138,36 @@ def test_sending_the_same_body_again_is_a_replay_that_writes_nothing(agent: APIC
     assert [item["status"] for item in response.json()["flows"]] == ["replayed", "replayed"]
     assert AuditEvent.objects.count() == events
     assert ReasoningStep.objects.count() == 3
+
+
+def test_a_retry_of_a_request_stored_by_the_earlier_fingerprint_is_still_a_replay(
+    agent: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows written before 2026-12-05 hold the json.dumps fingerprint: a retry after the upgrade
+    must replay, not conflict; a changed body must still conflict. (The two encodings differ on
+    date-times and on text beyond ASCII; elsewhere the fingerprints are the same.)"""
+    started = {"started_at": "2026-12-04T09:30:00.250Z", "summary_text": "Reviewed Müller's labs"}
+    items = [whole_flow(2, trigger_summary="Frühstück"), whole_flow(1, close=False)]
+    for item in items:
+        item["steps"][0].update(started)
+    with monkeypatch.context() as old_code:
+        old_code.setattr(ingest_service, "request_fingerprint", ingest_service.legacy_request_fingerprint)
+        assert ingest(agent, *items).status_code == 200
+    stored = set(ReasoningStep.objects.values_list("request_hash", flat=True))
+    events = AuditEvent.objects.count()
+
+    response = ingest(agent, *items)
+
+    assert [item["status"] for item in response.json()["flows"]] == ["replayed", "replayed"]
+    assert AuditEvent.objects.count() == events
+    assert set(ReasoningStep.objects.values_list("request_hash", flat=True)) == stored
+    changed = [{**items[0], "trigger_ref": "another/case"}]
+    changed_step = {**items[1], "steps": [{**items[1]["steps"][0], "summary_text": "Another summary"}]}
+    body = ingest(agent, *changed, changed_step).json()
+    assert [item["status"] for item in body["flows"]] == ["rejected", "rejected"]
+    assert body["flows"][0]["errors"] == {"flows[0].id": [f"id {items[0]['id']} already exists with a different body"]}
+    (step_error,) = body["flows"][1]["errors"].values()
+    assert step_error == [f"id {items[1]['steps'][0]['id']} already exists with a different body"]
 
 
 def test_the_same_id_with_another_body_is_rejected_as_a_conflict(agent: APIClient) -> None:
