@@ -22,30 +22,58 @@ from core.replica import reading_connection
 from pathways.models import MATURE_ACTIVE, MATURE_HIT_COUNT, Maturity, Pathway, maturity
 from reasoning.dimensions import LOW_CONFIDENCE, DimensionInputs, radar
 from reasoning.models import ReasoningFlow
-from reasoning.radar import VERDICT_KIND, LibraryFacts, evidence_hits_of, verdicts_of
+from reasoning.radar import (
+    ABORTED_SIBLINGS_SQL,
+    VERDICT_KIND,
+    LibraryFacts,
+    aborted_siblings_from,
+    aborted_siblings_params,
+    evidence_hits_of,
+    verdicts_of,
+)
+
+# Each trigger family's active pathways (counted up to MATURE_ACTIVE) and whether one was reused
+# MATURE_HIT_COUNT times: probes that stop early (both walk the (trigger_type, -hit_count) index of
+# active pathways), so a family of 10,000 pathways costs what a family of 5 does. Parameters:
+# MATURE_ACTIVE, MATURE_HIT_COUNT, the trigger types.
+_FAMILY_COLUMNS = """
+    (SELECT count(*) FROM (SELECT 1 FROM pathways_pathway p
+                           WHERE p.trigger_type = t.kind AND p.demoted_at IS NULL LIMIT %s) s),
+    EXISTS (SELECT 1 FROM pathways_pathway p
+            WHERE p.trigger_type = t.kind AND p.demoted_at IS NULL AND p.hit_count >= %s)
+"""
+FAMILY_MATURITY_SQL = f"SELECT t.kind, {_FAMILY_COLUMNS} FROM unnest(%s::text[]) AS t(kind)"  # noqa: S608 (constants)
+# The families' maturity and the flows' aborted siblings (reasoning.radar's statement) in one: a
+# family's row has no trigger ref, a trigger's row no maturity.
+_FACTS_SQL = (
+    f"SELECT t.kind, NULL::text, NULL::bigint, NULL::uuid[], {_FAMILY_COLUMNS} "  # noqa: S608 (constants)
+    f"FROM unnest(%s::text[]) AS t(kind) "
+    f"UNION ALL SELECT a.*, NULL::bigint, NULL::boolean FROM ({ABORTED_SIBLINGS_SQL}) a"
+)
 
 
 def family_maturity(trigger_types: Sequence[str]) -> dict[str, Maturity]:
-    """Maturity of each trigger family, in one query whose probes stop early: it counts at
-    most MATURE_ACTIVE active pathways and asks whether one was reused MATURE_HIT_COUNT
-    times (both walk the (trigger_type, -hit_count) index of active pathways), so a
-    family of 10,000 pathways costs what a family of 5 does."""
+    """Maturity of each trigger family, in one query whose cost does not grow with the family."""
     types = sorted(set(trigger_types))
     if not types:
         return {}
     with reading_connection().cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT t.kind,
-                   (SELECT count(*) FROM (SELECT 1 FROM pathways_pathway p
-                                          WHERE p.trigger_type = t.kind AND p.demoted_at IS NULL LIMIT %s) s),
-                   EXISTS (SELECT 1 FROM pathways_pathway p
-                           WHERE p.trigger_type = t.kind AND p.demoted_at IS NULL AND p.hit_count >= %s)
-            FROM unnest(%s::text[]) AS t(kind)
-            """,
-            [MATURE_ACTIVE, MATURE_HIT_COUNT, types],
-        )
+        cursor.execute(FAMILY_MATURITY_SQL, [MATURE_ACTIVE, MATURE_HIT_COUNT, types])
         return {kind: maturity(active, int(high_hit)) for kind, active, high_hit in cursor.fetchall()}
+
+
+def _families_and_siblings(flows: Sequence[ReasoningFlow]) -> tuple[dict[str, Maturity], dict[uuid.UUID, int]]:
+    """Each flow's trigger family's maturity and its aborted siblings, in one statement."""
+    types = sorted({flow.trigger_type for flow in flows})
+    siblings_params = aborted_siblings_params(flows)
+    if not types or siblings_params is None:
+        return {}, {}
+    with reading_connection().cursor() as cursor:
+        cursor.execute(_FACTS_SQL, [MATURE_ACTIVE, MATURE_HIT_COUNT, types, *siblings_params])
+        rows = cursor.fetchall()
+    families = {kind: maturity(active, int(high_hit)) for kind, ref, _, _, active, high_hit in rows if ref is None}
+    triggers = [(kind, ref, count, own) for kind, ref, count, own, _, _ in rows if ref is not None]
+    return families, aborted_siblings_from(flows, triggers)
 
 
 # Every radar input of the given pathways in one statement: the pathway's own fields,
@@ -77,8 +105,9 @@ RADAR_ATTRIBUTES = (
 
 
 def library_facts(flows: Sequence[ReasoningFlow], new: Collection[uuid.UUID] = ()) -> dict[uuid.UUID, LibraryFacts]:
-    """Each flow's trigger family's maturity and the pathway it seeded, if any: two queries
-    (one when every flow is ``new``, being created now: no pathway can have come from it)."""
+    """Each flow's trigger family's maturity, its aborted siblings and the pathway it seeded, if
+    any: two queries (one when every flow is ``new``, being created now: no pathway can have come
+    from it)."""
     stored = [flow.pk for flow in flows if flow.pk not in new]
     seeded = (
         {
@@ -88,7 +117,7 @@ def library_facts(flows: Sequence[ReasoningFlow], new: Collection[uuid.UUID] = (
         if stored
         else {}
     )
-    families = family_maturity(sorted({flow.trigger_type for flow in flows}))
+    families, siblings = _families_and_siblings(flows)
     facts = {}
     for flow in flows:
         row = seeded.get(flow.pk)
@@ -96,6 +125,7 @@ def library_facts(flows: Sequence[ReasoningFlow], new: Collection[uuid.UUID] = (
             family_maturity=families.get(flow.trigger_type, Maturity.SPARSE),
             hit_count=row["hit_count"] if row else 0,
             demoted=bool(row and row["demoted_at"]),
+            aborted_siblings=siblings.get(flow.pk, 0),
         )
     return facts
 

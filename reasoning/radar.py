@@ -29,6 +29,9 @@ class LibraryFacts:
     family_maturity: str = "sparse"
     hit_count: int = 0
     demoted: bool = False
+    # The aborted flows with the flow's trigger, itself excluded, when the provider counted them in
+    # its own statement (one round trip for the close's radar); None: ``aborted_siblings_of`` counts.
+    aborted_siblings: int | None = None
 
 
 # Given the flows (and which of them are being created, so no pathway can name them yet),
@@ -76,33 +79,51 @@ class StepFacts:
     outputs: Any
 
 
-def aborted_siblings_of(flows: Sequence[ReasoningFlow]) -> dict[uuid.UUID, int]:
-    """For each flow, the aborted flows with its trigger (type and ref), itself excluded: one query."""
+# The aborted flows of each trigger (type and ref) among the given ones, and which of the given
+# flows are among them (so that each is left out of its own count). Parameters: the flows' ids,
+# the triggers' types and refs, the aborted state.
+ABORTED_SIBLINGS_SQL = (
+    "SELECT f.trigger_type, f.trigger_ref, count(*), "
+    "array_agg(f.id) FILTER (WHERE f.id = ANY(%s)) "
+    "FROM reasoning_flow f JOIN unnest(%s::text[], %s::text[]) AS t(trigger_type, trigger_ref) "
+    "ON f.trigger_type = t.trigger_type AND f.trigger_ref = t.trigger_ref "
+    "WHERE f.flow_state = %s GROUP BY f.trigger_type, f.trigger_ref"
+)
+
+
+def aborted_siblings_params(flows: Sequence[ReasoningFlow]) -> list[Any] | None:
+    """``ABORTED_SIBLINGS_SQL``'s parameters for ``flows``; None when there is nothing to count."""
     pairs = sorted({(flow.trigger_type, flow.trigger_ref) for flow in flows})
     if not pairs:
-        return {}
-    counts: dict[tuple[str, str], tuple[int, set[uuid.UUID]]] = {}
-    with bound_cursor(reading_connection()) as cursor:
-        cursor.execute(
-            "SELECT f.trigger_type, f.trigger_ref, count(*), "
-            "array_agg(f.id) FILTER (WHERE f.id = ANY(%s)) "
-            "FROM reasoning_flow f JOIN unnest(%s::text[], %s::text[]) AS t(trigger_type, trigger_ref) "
-            "ON f.trigger_type = t.trigger_type AND f.trigger_ref = t.trigger_ref "
-            "WHERE f.flow_state = %s GROUP BY f.trigger_type, f.trigger_ref",
-            [
-                [flow.pk for flow in flows],
-                [kind for kind, _ in pairs],
-                [ref for _, ref in pairs],
-                ReasoningFlow.State.ABORTED.value,
-            ],
-        )
-        for trigger_type, trigger_ref, count, own in cursor.fetchall():
-            counts[(trigger_type, trigger_ref)] = (count, set(own or ()))
+        return None
+    return [
+        [flow.pk for flow in flows],
+        [kind for kind, _ in pairs],
+        [ref for _, ref in pairs],
+        ReasoningFlow.State.ABORTED.value,
+    ]
+
+
+def aborted_siblings_from(
+    flows: Sequence[ReasoningFlow], rows: Iterable[tuple[str, str, int, Sequence[uuid.UUID] | None]]
+) -> dict[uuid.UUID, int]:
+    """Each flow's aborted siblings, from ``ABORTED_SIBLINGS_SQL``'s rows."""
+    counts = {(trigger_type, trigger_ref): (count, set(own or ())) for trigger_type, trigger_ref, count, own in rows}
     result = {}
     for flow in flows:
         count, own = counts.get((flow.trigger_type, flow.trigger_ref), (0, set()))
         result[flow.pk] = count - (flow.pk in own)
     return result
+
+
+def aborted_siblings_of(flows: Sequence[ReasoningFlow]) -> dict[uuid.UUID, int]:
+    """For each flow, the aborted flows with its trigger (type and ref), itself excluded: one query."""
+    params = aborted_siblings_params(flows)
+    if params is None:
+        return {}
+    with bound_cursor(reading_connection()) as cursor:
+        cursor.execute(ABORTED_SIBLINGS_SQL, params)
+        return aborted_siblings_from(flows, cursor.fetchall())
 
 
 def inputs_of(
@@ -134,22 +155,28 @@ def radars_of(
     new: Collection[uuid.UUID] = (),
 ) -> dict[uuid.UUID, dict[str, dict[str, Any]]]:
     """The radars of several flows whose steps the caller has (closing flows): a few queries
-    whatever their number (aborted siblings, and the library's facts). ``new``: flows no pathway
-    can name yet (created in this transaction, or still active until it commits)."""
-    siblings = aborted_siblings_of(flows)
+    whatever their number (the library's facts, with the aborted siblings when the library counts
+    them). ``new``: flows no pathway can name yet (created in this transaction, or still active
+    until it commits)."""
     facts = library_facts_of(flows, new)
+    uncounted = [flow for flow in flows if facts.get(flow.pk, LibraryFacts()).aborted_siblings is None]
+    siblings = aborted_siblings_of(uncounted) if uncounted else {}
     return {
         flow.pk: radar(
             inputs_of(
                 flow,
                 steps.get(flow.pk, ()),
                 facts=facts.get(flow.pk, LibraryFacts()),
-                aborted_siblings=siblings.get(flow.pk, 0),
+                aborted_siblings=_siblings(facts.get(flow.pk), siblings.get(flow.pk, 0)),
                 now=now,
             )
         )
         for flow in flows
     }
+
+
+def _siblings(facts: LibraryFacts | None, counted: int) -> int:
+    return facts.aborted_siblings if facts is not None and facts.aborted_siblings is not None else counted
 
 
 def flow_radar(flow: ReasoningFlow, *, now: datetime | None = None) -> dict[str, dict[str, Any]]:

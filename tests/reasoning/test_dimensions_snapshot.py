@@ -7,6 +7,7 @@ a ``reasoning.read`` token bound to a consenting patient.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +16,9 @@ import time_machine
 from rest_framework.test import APIClient
 
 from pathways.models import Pathway
+from pathways.radar import library_facts
 from patients.models import Patient
+from reasoning import radar as radar_module
 from reasoning.dimensions import AXES, LABELS, is_radar
 from reasoning.models import ReasoningFlow
 from reasoning.radar import flow_radar
@@ -150,7 +153,18 @@ def test_low_confidence_steps_raise_risk(
     assert snapshot["confidence"]["score"] == confidence
 
 
+@pytest.fixture(params=["with the library", "without it"])
+def with_or_without_the_library(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The pathway library counts the aborted siblings in its facts' statement; without it (no
+    provider registered), reasoning counts them itself."""
+    if request.param == "without it":
+        radar_module.register_library_facts(None)
+    yield
+    radar_module.register_library_facts(library_facts)
+
+
 @pytest.mark.parametrize(("aborted", "risk"), [(0, 0), (1, 1), (2, 2), (3, 2)])
+@pytest.mark.usefixtures("with_or_without_the_library")
 def test_aborted_siblings_with_the_same_trigger_raise_risk(agent: APIClient, aborted: int, risk: int) -> None:
     ref = "portal/question/aborted-siblings"
     for _ in range(aborted):
