@@ -203,9 +203,16 @@ class _Stored:
     flows: dict[Key, _Anchor] = field(default_factory=dict)  # spans that opened a flow
     steps: dict[Key, _Anchor] = field(default_factory=dict)  # spans that became a step
     calls: dict[Key, _Anchor] = field(default_factory=dict)  # root call spans' own steps
+    # Whether a span of the traces asked about (``_stored``'s ``pending_of``) is pending.
+    pending_seen: bool = False
 
     def __contains__(self, key: object) -> bool:
         return key in self.flows or key in self.steps
+
+    def update(self, other: _Stored) -> None:
+        self.flows.update(other.flows)
+        self.steps.update(other.steps)
+        self.calls.update(other.calls)
 
 
 @transaction.atomic(durable=True)
@@ -213,16 +220,22 @@ def _record(
     spans: Sequence[MappedSpan], checked: Mapping[Key, dict[str, Any]], actor: str, opener_only: bool
 ) -> tuple[list[ingest.Result], list[ingest.Plan], int, int, list[SpanProblem]]:
     traces = sorted({span.trace_id for span in spans})
-    pending = {
-        (row.trace_id, row.span_id): row for row in fetch(PendingSpan, traces, column="trace_id", for_update=True)
-    }
-    parked_spans = {key: _from_json(row.mapped) for key, row in pending.items()}
     incoming = {(span.trace_id, span.span_id): span for span in spans}
+    # Which spans and parents are stored already (flows they opened, steps they became), and
+    # whether a span of these traces is pending: one statement when none is, the usual case.
+    asked = set(incoming) | {(span.trace_id, span.parent_span_id) for span in spans if span.parent_span_id}
+    stored = _stored(asked, pending_of=traces)
+    pending: dict[Key, PendingSpan] = {}
+    if stored.pending_seen:  # locked, so that two requests do not both adopt them
+        pending = {
+            (row.trace_id, row.span_id): row for row in fetch(PendingSpan, traces, column="trace_id", for_update=True)
+        }
+    parked_spans = {key: _from_json(row.mapped) for key, row in pending.items()}
     universe = {**parked_spans, **incoming}
-
-    # Where the spans' parents already are: flows they opened, steps they became.
+    # The parked spans' parents, too.
     wanted_parents = {(span.trace_id, span.parent_span_id) for span in universe.values() if span.parent_span_id}
-    stored = _stored(wanted_parents | set(incoming))
+    if more := wanted_parents - asked:
+        stored.update(_stored(more))
 
     placed = _place(universe, stored)
     warnings = _withhold_foreign(placed, stored, incoming, pending, actor)
@@ -427,9 +440,10 @@ def _place(universe: Mapping[Key, MappedSpan], stored: _Stored) -> dict[Key, _Pl
     return placed
 
 
-def _stored(keys: Iterable[Key]) -> _Stored:
+def _stored(keys: Iterable[Key], pending_of: Sequence[str] = ()) -> _Stored:
     """The spans among ``keys`` already stored, found by their derived ids in one statement: as
-    flows they opened, as steps they became, and (root calls) as their flows' first steps.
+    flows they opened, as steps they became, and (root calls) as their flows' first steps; and
+    whether a span of the traces ``pending_of`` is pending (``pending_seen``).
 
     Steps are found through their id registry (one unpartitioned key), then by their partition's
     key: by ``reasoning_step``'s partitions alone, a partition without statistics, or with those of
@@ -440,7 +454,7 @@ def _stored(keys: Iterable[Key]) -> _Stored:
         ids[span_uuid(*key)] = (key, False)
         ids[call_step_uuid(*key)] = (key, True)
     result = _Stored()
-    if not ids:
+    if not ids and not pending_of:
         return result
     wanted = uuid_array(ids)
     with connection.cursor() as cursor:
@@ -457,11 +471,17 @@ def _stored(keys: Iterable[Key]) -> _Stored:
             "WHERE id = r.id AND flow_created_at = r.flow_created_at LIMIT 1) s, "
             "LATERAL (SELECT trigger_type, parent_span_id, opened_by FROM reasoning_flow "
             "WHERE id = s.flow_id LIMIT 1) f "
-            "WHERE r.id = ANY(%s::uuid[])",
-            [AGENT_TRIGGER, wanted, AGENT, AGENT_TRIGGER, wanted],
+            "WHERE r.id = ANY(%s::uuid[]) "
+            # A row of nulls when a span of the traces is pending.
+            "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL FROM "
+            "(SELECT 1 FROM reasoning_pending_span WHERE trace_id = ANY(%s::text[]) LIMIT 1) p",
+            [AGENT_TRIGGER, wanted, AGENT, AGENT_TRIGGER, wanted, list(pending_of)],
         )
         rows = cursor.fetchall()
     for pk, flow_id, agent, in_agent, owner in rows:
+        if pk is None:
+            result.pending_seen = True
+            continue
         key, is_call = ids[pk]
         if flow_id is None:
             result.flows[key] = _Anchor(pk, None, bool(in_agent), agent or None, owner)
