@@ -2,8 +2,9 @@
 
 What the pathway library knows about a flow (its trigger family's maturity, the reuse
 of the pathway it seeded) comes through ``register_library_facts``: the pathways app
-registers its provider at start-up, so ``reasoning`` never imports it. Without one,
-the library contributes nothing (sparse family, no hits).
+registers its provider at start-up, so ``reasoning`` never imports it. The provider also
+counts the flow's aborted siblings in its statement (one round trip a close). Without one,
+the library contributes nothing (sparse family, no hits) and the siblings are counted here.
 """
 
 from __future__ import annotations
