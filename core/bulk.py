@@ -242,10 +242,12 @@ def insert_rows(objs: Sequence[models.Model], *, returning: str = "", then: str 
 @contextmanager
 def bound_cursor(db: BaseDatabaseWrapper | None = None) -> Iterator[CursorWrapper]:
     """A cursor of the request's connection (so: its transaction) that sends parameters apart
-    from the statement (server-side binding, binary where psycopg can) instead of quoting
-    them into its text as Django's psycopg cursors do: for a statement of a few large
-    arrays that quoting costs more than the insert. Wrapped as ``connection.cursor()`` wraps
-    its own, so Django's query log and instrumentation see the statement. ``db``: another
+    from the statement (server-side binding, binary where psycopg can) whatever
+    ``DB_SERVER_SIDE_BINDING`` says: with it off, Django's psycopg cursors quote them into the
+    text, and for a statement of a few large arrays that quoting costs more than the insert
+    (with it on, the default, this is the cursor ``connection.cursor()`` gives). Wrapped as
+    ``connection.cursor()`` wraps its own, so Django's query log and instrumentation see the
+    statement. ``db``: another
     connection than the default one (a read: ``core.replica.reading_connection()``)."""
     db = db or connection
     db.ensure_connection()
