@@ -8,10 +8,11 @@ never holds the thread that runs Django:
 2. ``BufferedBody`` reads the whole body on the event loop, within ``WEB_BODY_TIMEOUT``
    seconds (408 after) and never more than the route's limit plus one byte (the app then
    answers its own 413, in the route's format);
-3. only then does a2wsgi run Django, in a thread of a small pool, with the body already in
-   memory: ``wsgi.input`` cannot block on the network. ``wsgi.input_terminated`` is set (the
-   body is complete), so ``core.middleware.ChunkedBodyMiddleware`` reads chunked bodies as it
-   does under any server that decodes them.
+3. only then does ``core.asgi.WsgiInThreads`` run Django, in a thread of a small pool, with the
+   body already in memory: ``wsgi.input`` cannot block on the network. ``wsgi.input_terminated``
+   is set (the body is complete), so ``core.middleware.ChunkedBodyMiddleware`` reads chunked
+   bodies as it does under any server that decodes them. The thread hands back the whole answer
+   (a streamed one it sends chunk by chunk through the loop): one hand-off a request.
 
 The body is always read to the end or cut off before Django starts, so everything the
 middleware stack does with ``request.body`` (the 413s, chunked and gzip-encoded bulk bodies)
@@ -34,12 +35,11 @@ from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-from a2wsgi import WSGIMiddleware
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 from django.core.wsgi import get_wsgi_application
 
-from core.asgi import answer_json
+from core.asgi import WsgiInThreads, answer_json
 from core.memory import freeze_startup_heap, tune_allocator
 
 Scope = MutableMapping[str, Any]
@@ -115,8 +115,9 @@ class BufferedBody:
 
 
 def _replay(chunks: Iterable[bytes], upstream: Receive) -> Receive:
-    """The body read, in one message; after it, only the client's disconnect is news (a2wsgi
-    listens for it while the app runs: an early ``http.disconnect`` would drop the answer)."""
+    """The body read, in one message; after it, only the client's disconnect is news (an app that
+    listens for it while it runs, as the MCP server's does, would drop its answer on an early
+    ``http.disconnect``)."""
     body = b"".join(chunks)
     sent = False
 
@@ -149,15 +150,6 @@ async def _answer(send: Send, status: int, detail: str) -> None:
     await answer_json(send, status, detail, close=True)
 
 
-def _terminated_input(wsgi_app: Callable[..., Any]) -> Callable[..., Any]:
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        # BufferedBody handed over the whole (or cut-off) body: wsgi.input ends where it does.
-        environ["wsgi.input_terminated"] = True
-        return wsgi_app(environ, start_response)
-
-    return app
-
-
 class McpRouter:
     """``/mcp`` to the MCP server's streamable HTTP app (``mcp_server.http``), everything else to
     Django. The MCP app gets the same body deadline and size cap: its body is read whole first."""
@@ -178,7 +170,7 @@ MCP_PATH = "/mcp"
 
 
 def build_application(threads: int = THREADS, body_timeout_s: float = BODY_TIMEOUT_S) -> ASGIApp:
-    wsgi = WSGIMiddleware(_terminated_input(get_wsgi_application()), workers=threads)
+    wsgi = WsgiInThreads(get_wsgi_application(), threads)
     # The URLconf (and with it every view module) is imported by the first request otherwise:
     # ~0.15 s of CPU that request would wait for, in each worker. Loaded as the worker starts.
     from django.urls import get_resolver

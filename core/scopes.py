@@ -15,7 +15,7 @@ from rest_framework import exceptions
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from core.actors import Principal
+from core.actors import is_principal
 
 ADMIN = "reasoning.admin"
 AUDIT_READ = "audit.read"
@@ -28,7 +28,7 @@ class HasScope(BasePermission):
 
     def has_permission(self, request: Request, view: Any) -> bool:
         user = request.user
-        if not isinstance(user, Principal):
+        if not is_principal(user):
             raise exceptions.NotAuthenticated()
         if any(user.has_scope(scope) for scope in self.scopes):
             return True
