@@ -18,6 +18,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from core.bulk import text_array
 from core.replica import reading_connection
 from pathways.models import MATURE_ACTIVE, MATURE_HIT_COUNT, Maturity, Pathway, maturity
 from reasoning.dimensions import LOW_CONFIDENCE, DimensionInputs, radar
@@ -58,7 +59,7 @@ def family_maturity(trigger_types: Sequence[str]) -> dict[str, Maturity]:
     if not types:
         return {}
     with reading_connection().cursor() as cursor:
-        cursor.execute(FAMILY_MATURITY_SQL, [MATURE_ACTIVE, MATURE_HIT_COUNT, types])
+        cursor.execute(FAMILY_MATURITY_SQL, [MATURE_ACTIVE, MATURE_HIT_COUNT, text_array(types)])
         return {kind: maturity(active, int(high_hit)) for kind, active, high_hit in cursor.fetchall()}
 
 
@@ -69,7 +70,7 @@ def _families_and_siblings(flows: Sequence[ReasoningFlow]) -> tuple[dict[str, Ma
     if not types or siblings_params is None:
         return {}, {}
     with reading_connection().cursor() as cursor:
-        cursor.execute(_FACTS_SQL, [MATURE_ACTIVE, MATURE_HIT_COUNT, types, *siblings_params])
+        cursor.execute(_FACTS_SQL, [MATURE_ACTIVE, MATURE_HIT_COUNT, text_array(types), *siblings_params])
         rows = cursor.fetchall()
     families = {kind: maturity(active, int(high_hit)) for kind, ref, _, _, active, high_hit in rows if ref is None}
     triggers = [(kind, ref, count, own) for kind, ref, count, own, _, _ in rows if ref is not None]

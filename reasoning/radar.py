@@ -17,7 +17,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from core.bulk import bound_cursor
+from core.bulk import bound_cursor, text_array, uuid_array
 from core.replica import reading_connection
 from reasoning.dimensions import LOW_CONFIDENCE, DimensionInputs, radar
 from reasoning.models import ReasoningFlow, ReasoningStep
@@ -85,7 +85,7 @@ class StepFacts:
 # the triggers' types and refs, the aborted state.
 ABORTED_SIBLINGS_SQL = (
     "SELECT f.trigger_type, f.trigger_ref, count(*), "
-    "array_agg(f.id) FILTER (WHERE f.id = ANY(%s)) "
+    "array_agg(f.id) FILTER (WHERE f.id = ANY(%s::uuid[])) "
     "FROM reasoning_flow f JOIN unnest(%s::text[], %s::text[]) AS t(trigger_type, trigger_ref) "
     "ON f.trigger_type = t.trigger_type AND f.trigger_ref = t.trigger_ref "
     "WHERE f.flow_state = %s GROUP BY f.trigger_type, f.trigger_ref"
@@ -98,9 +98,9 @@ def aborted_siblings_params(flows: Sequence[ReasoningFlow]) -> list[Any] | None:
     if not pairs:
         return None
     return [
-        [flow.pk for flow in flows],
-        [kind for kind, _ in pairs],
-        [ref for _, ref in pairs],
+        uuid_array(flow.pk for flow in flows),
+        text_array(kind for kind, _ in pairs),
+        text_array(ref for _, ref in pairs),
         ReasoningFlow.State.ABORTED.value,
     ]
 

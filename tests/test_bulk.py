@@ -13,7 +13,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from core.bulk import _json_default, fetch, insert_rows, json_text, new_instance
+from core.bulk import _json_default, fetch, insert_rows, json_text, new_instance, text_array, uuid_array
 from reasoning.models import ReasoningFlow, ReasoningStep
 
 pytestmark = pytest.mark.django_db
@@ -45,6 +45,20 @@ def test_any_text_survives_an_array_column() -> None:
     assert stored.pii_fields == AWKWARD
     assert stored.extra_parent_ids == [parent.pk]
     assert stored.inputs == {"k": [1, "two", None]}
+
+
+@pytest.mark.parametrize("values", [AWKWARD, [], ["\\", '"', "\\\"", "{}", "a\tb\nc"]])
+def test_a_text_array_literal_reads_in_postgres_as_the_list(values: list[str]) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::text[], cardinality(%s::text[])", [text_array(values), text_array(values)])
+        assert cursor.fetchone() == (values, len(values))
+
+
+def test_a_uuid_array_literal_reads_in_postgres_as_the_ids() -> None:
+    ids = [uuid.uuid4() for _ in range(3)]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::uuid[]", [uuid_array(ids)])
+        assert cursor.fetchone() == (ids,)
 
 
 def test_encrypted_fields_are_encrypted_as_save_would() -> None:

@@ -51,7 +51,7 @@ from django.db import IntegrityError, connection, transaction
 from rest_framework.exceptions import ValidationError
 
 from core.api_views import flat_errors
-from core.bulk import fetch, uuid_array
+from core.bulk import fetch, text_array, uuid_array
 from core.serializers import validated
 from reasoning.models import PendingSpan, ReasoningFlow
 from reasoning.recording import ingest
@@ -475,7 +475,7 @@ def _stored(keys: Iterable[Key], pending_of: Sequence[str] = ()) -> _Stored:
             # A row of nulls when a span of the traces is pending.
             "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL FROM "
             "(SELECT 1 FROM reasoning_pending_span WHERE trace_id = ANY(%s::text[]) LIMIT 1) p",
-            [AGENT_TRIGGER, wanted, AGENT, AGENT_TRIGGER, wanted, list(pending_of)],
+            [AGENT_TRIGGER, wanted, AGENT, AGENT_TRIGGER, wanted, text_array(pending_of)],
         )
         rows = cursor.fetchall()
     for pk, flow_id, agent, in_agent, owner in rows:
