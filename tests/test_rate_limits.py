@@ -1,6 +1,7 @@
 """Rate limits (core.throttling, reasoning.access): the write limit per token on every write
-route, the narrative limit per caller and per patient, both exact under concurrent bursts
-against a real multi-process server, and the SDK waiting out a 429.
+route, the narrative limit per caller and per patient, exact under concurrent bursts against a
+real multi-process server; a large limit counted in leases, never past the limit across worker
+processes; and the SDK waiting out a 429.
 
 Limits are lowered per test (``settings``, or the server's environment); the suite's
 default is the production one (10,000 writes a minute per token), which no test comes near.
@@ -25,6 +26,7 @@ import pytest
 import time_machine
 from cryptography.fernet import Fernet
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from google.rpc.status_pb2 import Status
 from psycopg import sql
 from pytest_django.fixtures import Settings
@@ -32,7 +34,7 @@ from reasoning_flow_sdk import ReasoningFlowRecorder
 from rest_framework.test import APIClient
 
 from audit.privileges import application_role
-from core.throttling import Rate, hit, parse_rate
+from core.throttling import Rate, hit, lease_size, parse_rate
 from patients.models import Patient
 from reasoning.models import ReasoningFlow
 from tests import otlp
@@ -127,6 +129,40 @@ def test_a_request_counts_against_every_key_and_any_one_refuses_it() -> None:
     assert hit(["caller-a", "patient"], rate, now=0).allowed
     assert not hit(["caller-b", "patient"], rate, now=1).allowed  # the shared key is spent
     assert hit(["caller-b"], rate, now=2).allowed is False  # and the refused request counted too
+
+
+@pytest.mark.parametrize(
+    ("rate", "size"), [(Rate(30, 300), 1), (Rate(199, 60), 1), (Rate(1000, 60), 10), (Rate(10000, 60), 25)]
+)
+def test_a_lease_is_a_hundredth_of_a_large_limit_and_at_most_25(rate: Rate, size: int) -> None:
+    assert lease_size(rate) == size
+
+
+@pytest.mark.django_db
+def test_a_large_limit_is_counted_in_leases_and_still_lets_exactly_the_limit_through() -> None:
+    rate = Rate(1000, 60)  # leases of 10
+    start = 1_800_000_000.0 - 1_800_000_000.0 % 60
+    with CaptureQueriesContext(connection) as counted:
+        verdicts = [hit(["lease-key"], rate, now=start + 1 + n / 1000) for n in range(1005)]
+
+    assert [v.allowed for v in verdicts] == [True] * 1000 + [False] * 5
+    assert verdicts[-1].retry_after == 58  # the window ends 57.996 s after the last attempt
+    # One statement a lease; the last lease reached the limit, so the refusals ask nothing.
+    assert len(counted.captured_queries) == 100
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT hits FROM rft_rate_limit WHERE key = 'lease-key@60'")
+        assert cursor.fetchone() == (1000,)
+    assert hit(["lease-key"], rate, now=start + 60).allowed  # a new window, a new lease
+
+
+@pytest.mark.django_db
+def test_several_keys_are_counted_one_by_one_whatever_the_limit() -> None:
+    rate = Rate(1000, 60)
+    with CaptureQueriesContext(connection) as counted:
+        for n in range(5):
+            assert hit(["caller", "patient"], rate, now=n).allowed
+
+    assert len(counted.captured_queries) == 5
 
 
 @pytest.mark.django_db
@@ -391,3 +427,33 @@ def test_the_sdk_waits_out_a_429_and_delivers_everything(
     assert stats["retried"] >= 1
     assert (stats["sent"], stats["sent_flows"], stats["dropped"], stats["rejected"]) == (3, 3, 0, 0)
     assert ReasoningFlow.objects.filter(pk__in=ids, flow_state="completed").count() == 3
+
+
+# --- Leases across processes -------------------------------------------------------------------
+
+LEASED_LIMIT = 400  # leases of 4
+
+
+@pytest.fixture(scope="module")
+def leasing_server(django_db_setup: None, django_db_blocker: Any) -> Iterator[Gunicorn]:
+    """Three workers, each leasing 4 of the token's 400 writes a day."""
+    with django_db_blocker.unblock(), Gunicorn({"API_WRITE_RATE_LIMIT": f"{LEASED_LIMIT}/1d"}, workers=3) as gunicorn:
+        yield gunicorn
+
+
+def test_a_burst_across_worker_processes_never_gets_more_than_a_leased_limit_through(
+    leasing_server: Gunicorn, transactional_db: None, make_token: Callable[..., str]
+) -> None:
+    to_day_end = 86400 - time.time() % 86400
+    if to_day_end < 60:
+        time.sleep(to_day_end + 1)  # once a day at most: start in a fresh window
+    server = Server("127.0.0.1", leasing_server.port)
+    headers = {"Authorization": f"Bearer {make_token('reasoning.write')}", "Content-Type": "application/x-protobuf"}
+    empty = otlp.request().SerializeToString()
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        statuses = Counter(pool.map(lambda _: server.request("POST", TRACES, empty, headers).status, range(480)))
+
+    assert set(statuses) == {200, 429}
+    # What each worker leased and had not handed out when the window was spent is lost: 3 at most each.
+    assert LEASED_LIMIT - 3 * 3 <= statuses[200] <= LEASED_LIMIT
