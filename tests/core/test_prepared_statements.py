@@ -42,5 +42,5 @@ def test_the_write_paths_statements_are_prepared_after_a_few_requests(agent: API
         )
         assert response.status_code == 201, response.content
     statements = prepared()
-    assert any(s.lstrip().startswith("INSERT INTO rft_rate_limit") for s in statements)
+    assert any('INSERT INTO "reasoning_flow"' in s for s in statements)
     assert any("INSERT INTO audit_event" in s for s in statements)
