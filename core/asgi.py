@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import functools
 import io
+import itertools
 import json
 import sys
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
@@ -107,7 +108,7 @@ class WsgiInThreads:
                 asyncio.run_coroutine_threadsafe(send(message), loop).result()  # type: ignore[arg-type]
 
             through_loop({"type": "http.response.start", "status": status, "headers": headers})
-            for chunk in (*written, *result) if written else result:
+            for chunk in itertools.chain(written, result):
                 if chunk:
                     through_loop({"type": _BODY, "body": chunk, "more_body": True})
             through_loop({"type": _BODY, "body": b"", "more_body": False})
