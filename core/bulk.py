@@ -143,8 +143,8 @@ def uuid_array(values: Iterable[uuid.UUID]) -> str:
 
 def text_array(values: Iterable[str]) -> str:
     """``values`` as one array literal for a ``%s::text[]`` parameter, as ``uuid_array`` does for
-    ids: psycopg dumps a list in Python, element by element (~15 µs for a short list), where one
-    string is dumped in C. Every element is quoted, and a backslash or a double quote in it
+    ids: psycopg dumps a list in Python, element by element (~6 µs for a list of two, against
+    1.3 µs for the one string, dumped in C). Every element is quoted, and a backslash or a double quote in it
     escaped, so any text (``NULL``, commas, braces, the empty string) comes back as it went."""
     return "{" + ",".join('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"' for value in values) + "}"
 

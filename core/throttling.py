@@ -105,7 +105,7 @@ def lease_size(rate: Rate) -> int:
 class _Lease:
     window: int  # the window's start, epoch seconds
     left: int  # hits counted against the shared row and not handed out yet
-    spent: bool  # the shared row is past the limit: the rest of the window is refused
+    spent: bool  # the shared row has reached the limit: the rest of the window is refused
 
 
 # This process's leases by scoped key; the lock keeps a worker's threads from handing out one twice.
