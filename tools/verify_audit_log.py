@@ -25,9 +25,9 @@ Exit 0 with ``audit log verified: ...`` on stdout; 1 with ``audit log FAILED: <r
 ``<event id> <canonical bytes>``, raw) or ``rft-audit-export/1`` (``<event id> <base64 canonical
 bytes>``), as its manifest says; ``rft-audit-export/3`` is ``/2`` starting after the positions dropped
 by retention, from the tree's right edge there (``start``, ``start_edge`` in the manifest), which
-the signed roots past it bind. It hashes ``events.txt`` in chunks on a pool of worker processes
-(one per CPU for large files; ``--workers 1`` keeps everything in this process); memory stays
-constant either way.
+the signed roots past it bind. It hashes ``events.txt`` in chunks on worker processes (one per CPU
+for large files; ``--workers 1`` keeps everything in this process); memory stays constant either
+way.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -42,7 +43,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +73,7 @@ PAGE = 1000  # events per request online (the server's maximum)
 PROGRESS_EVERY = 100_000
 CHUNK_BYTES = 1 << 20  # bytes of events.txt per task
 PIECE_BYTES = 64 << 10  # bytes a task hashes at a time (stays in the CPU caches)
-PARALLEL_FROM = 8 << 20  # files at least this large are hashed on a worker pool by default
+PARALLEL_FROM = 8 << 20  # files at least this large are hashed by worker processes by default
 _sha256 = hashlib.sha256
 _a2b = binascii.a2b_base64
 # Everything but the space and the line feed: ``translate(None, _NOT_SEPARATORS)`` keeps only those.
@@ -606,8 +607,8 @@ def verify_dir(
     progress: bool = False,
     workers: int | None = None,
 ) -> Result:
-    """Verify an export directory (``manage.py audit_export``). ``workers``: None picks (a pool
-    for large files), 0 one per CPU, 1 this process only."""
+    """Verify an export directory (``manage.py audit_export``). ``workers``: None picks (worker
+    processes for large files), 0 one per CPU, 1 this process only."""
     given = [key if isinstance(key, Key) else parse_key(key) for key in keys]
     if not given:
         raise InputError("give the log's verifier key with --key")
@@ -701,9 +702,8 @@ def _hash_events(
             _open_events(*setup)
             count = _fold(map(_hash_chunk, range(chunks)), plan, frontier, report)
         else:
-            context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
-            with context.Pool(workers, initializer=_open_events, initargs=setup) as pool:
-                count = _fold(pool.imap(_hash_chunk, range(chunks)), plan, frontier, report)
+            with contextlib.closing(_hashed_by_workers(workers, setup, chunks)) as hashed:
+                count = _fold(hashed, plan, frontier, report)
     except OSError as error:
         raise InputError(f"cannot read {path}: {error.strerror}") from None
     finally:
@@ -712,6 +712,60 @@ def _hash_events(
             os.close(_worker_fd)
             _worker_fd = None
     return count
+
+
+def _hashed_by_workers(workers: int, setup: tuple[Any, ...], chunks: int) -> Generator[Chunk, None, None]:
+    """Each chunk's result, in order, from ``workers`` processes: process ``w`` hashes chunks ``w``,
+    ``w + workers``, … in that order and sends each result down a pipe of its own. No queue, lock
+    or thread is shared: what waits on what is only a chunk on the one before it (``_starts``), and
+    that one is always another process's earlier chunk, so every wait ends. A process that dies is
+    named (its pipe ends) instead of waited for; the processes left are killed when the caller
+    stops reading (the first failure) or when all is read."""
+    context = multiprocessing.get_context("fork") if sys.platform == "linux" else multiprocessing.get_context("spawn")
+    processes: list[tuple[Any, Any]] = []
+    try:
+        for first in range(workers):
+            reader, writer = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_hash_chunks, args=(writer, setup, range(first, chunks, workers)), daemon=True
+            )
+            process.start()
+            writer.close()
+            processes.append((process, reader))
+        for index in range(chunks):
+            process, reader = processes[index % workers]
+            try:
+                result = reader.recv()
+            except EOFError:
+                process.join()
+                raise InputError(
+                    f"a hashing process stopped before it was done (exit code {process.exitcode}); "
+                    "run again, or with --workers 1"
+                ) from None
+            if isinstance(result, BaseException):
+                raise result
+            yield result
+    finally:
+        for process, reader in processes:
+            if process.is_alive():
+                process.kill()
+            process.join()
+            reader.close()
+
+
+def _hash_chunks(writer: Any, setup: tuple[Any, ...], indexes: range) -> None:
+    """A worker process: hash the chunks ``indexes`` in order, each result (or the exception that
+    stopped it) sent down ``writer``."""
+    _open_events(*setup)
+    for index in indexes:
+        try:
+            result: Chunk | BaseException = _hash_chunk(index)
+        except Exception as error:  # handed to the parent, which raises it
+            result = error
+        writer.send(result)
+        if isinstance(result, BaseException):
+            break
+    writer.close()
 
 
 def _fold(chunks: Iterable[Chunk], plan: _Plan, frontier: Frontier, report: Callable[[int], None]) -> int:

@@ -332,6 +332,48 @@ def test_a_malformed_line_is_named(tmp_path: Path, signer: Signer, case: str, wo
         ), number
 
 
+# The verifier with one hashing process made to die on its chunk 3 (a process killed under memory
+# pressure, say): what is left of it must say so, not wait for that chunk forever.
+DYING_WORKER = """
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("verify_audit_log", sys.argv.pop(1))
+module = importlib.util.module_from_spec(spec)
+sys.modules["verify_audit_log"] = module
+spec.loader.exec_module(module)
+hash_chunk = module._hash_chunk
+
+
+def dying(index):
+    if index == 3:
+        os._exit(9)
+    return hash_chunk(index)
+
+
+module._hash_chunk = dying
+sys.exit(module.main())
+"""
+
+
+def test_a_hashing_process_that_dies_is_named(tmp_path: Path, signer: Signer) -> None:
+    out = write_export(tmp_path / "export", make_events(1000), signer, [300, 600])
+    arguments = ["--key", signer.verifier_key, "--dir", str(out), "--workers", "2"]
+    result = subprocess.run(
+        [sys.executable, "-c", DYING_WORKER, str(VERIFIER), *arguments],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        "verify_audit_log.py: error: a hashing process stopped before it was done (exit code 9); "
+        "run again, or with --workers 1"
+    )
+    # Nothing is left running.
+    running = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    assert str(out) not in running
+
+
 def test_the_last_line_may_lack_its_line_feed(tmp_path: Path, signer: Signer, nine: list[tuple[int, bytes]]) -> None:
     out = write_export(tmp_path / "export", nine, signer, [3, 6])
     (out / "events.txt").write_bytes((out / "events.txt").read_bytes().removesuffix(b"\n"))
