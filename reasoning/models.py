@@ -137,8 +137,6 @@ class ReasoningFlow(models.Model):
             ),
             # One correlation id reconstructs a whole agent turn: GET /admin/v1/reasoning/flows?trace_id=
             models.Index(fields=["trace_id", "created_at"], name="reasoning_flow_trace_created"),
-            # OTLP ingest: a child span finds the flow its parent span opened.
-            models.Index(fields=["root_span_id"], name="reasoning_flow_root_span", condition=~Q(root_span_id="")),
             # Newest flows first, unfiltered: the admin flow list and Django admin's changelist.
             models.Index(fields=["created_at"], name="reasoning_flow_created"),
             # A session's flows (session summaries and drift), in time order.
@@ -274,14 +272,6 @@ class ReasoningStep(models.Model):
             ),
             # The flow list's failed filter: the (few) failed steps of a flow.
             models.Index(fields=["flow"], name="reasoning_step_failed", condition=Q(outcome="error")),
-            # OTLP ingest: a span's parent is found by its span id.
-            models.Index(fields=["span_id"], name="reasoning_step_span", condition=~Q(span_id="")),
-            # Children of a step (DAG walks from a parent).
-            models.Index(
-                fields=["parent_step", "created_at"],
-                name="reasoning_step_parent_created",
-                condition=Q(parent_step__isnull=False),
-            ),
         ]
 
     def __str__(self) -> str:
