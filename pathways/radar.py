@@ -18,7 +18,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from core.bulk import text_array
+from core.bulk import opaque_array, sql_constant, text_array
 from core.replica import reading_connection
 from pathways.models import MATURE_ACTIVE, MATURE_HIT_COUNT, Maturity, Pathway, maturity
 from reasoning.dimensions import LOW_CONFIDENCE, DimensionInputs, radar
@@ -35,20 +35,23 @@ from reasoning.radar import (
 
 # Each trigger family's active pathways (counted up to MATURE_ACTIVE) and whether one was reused
 # MATURE_HIT_COUNT times: probes that stop early (both walk the (trigger_type, -hit_count) index of
-# active pathways), so a family of 10,000 pathways costs what a family of 5 does. Parameters:
-# MATURE_ACTIVE, MATURE_HIT_COUNT, the trigger types.
-_FAMILY_COLUMNS = """
+# active pathways), so a family of 10,000 pathways costs what a family of 5 does. The thresholds are
+# constants of the text, the types' array opaque to the planner, so that PostgreSQL plans it once
+# per connection (core.bulk's sql_constant and opaque_array). Parameter: the trigger types.
+_FAMILY_COLUMNS = f"""
     (SELECT count(*) FROM (SELECT 1 FROM pathways_pathway p
-                           WHERE p.trigger_type = t.kind AND p.demoted_at IS NULL LIMIT %s) s),
+                           WHERE p.trigger_type = t.kind AND p.demoted_at IS NULL
+                           LIMIT {sql_constant(MATURE_ACTIVE)}) s),
     EXISTS (SELECT 1 FROM pathways_pathway p
-            WHERE p.trigger_type = t.kind AND p.demoted_at IS NULL AND p.hit_count >= %s)
-"""
-FAMILY_MATURITY_SQL = f"SELECT t.kind, {_FAMILY_COLUMNS} FROM unnest(%s::text[]) AS t(kind)"  # noqa: S608 (constants)
+            WHERE p.trigger_type = t.kind AND p.demoted_at IS NULL
+              AND p.hit_count >= {sql_constant(MATURE_HIT_COUNT)})
+"""  # noqa: S608 (constants)
+_FAMILIES = f"unnest({opaque_array('text[]')}) AS t(kind)"
+FAMILY_MATURITY_SQL = f"SELECT t.kind, {_FAMILY_COLUMNS} FROM {_FAMILIES}"  # noqa: S608 (constants)
 # The families' maturity and the flows' aborted siblings (reasoning.radar's statement) in one: a
 # family's row has no trigger ref, a trigger's row no maturity.
 _FACTS_SQL = (
-    f"SELECT t.kind, NULL::text, NULL::bigint, NULL::uuid[], {_FAMILY_COLUMNS} "  # noqa: S608 (constants)
-    f"FROM unnest(%s::text[]) AS t(kind) "
+    f"SELECT t.kind, NULL::text, NULL::bigint, NULL::uuid[], {_FAMILY_COLUMNS} FROM {_FAMILIES} "  # noqa: S608
     f"UNION ALL SELECT a.*, NULL::bigint, NULL::boolean FROM ({ABORTED_SIBLINGS_SQL}) a"
 )
 
@@ -59,7 +62,7 @@ def family_maturity(trigger_types: Sequence[str]) -> dict[str, Maturity]:
     if not types:
         return {}
     with reading_connection().cursor() as cursor:
-        cursor.execute(FAMILY_MATURITY_SQL, [MATURE_ACTIVE, MATURE_HIT_COUNT, text_array(types)])
+        cursor.execute(FAMILY_MATURITY_SQL, [text_array(types)])
         return {kind: maturity(active, int(high_hit)) for kind, active, high_hit in cursor.fetchall()}
 
 
@@ -70,7 +73,7 @@ def _families_and_siblings(flows: Sequence[ReasoningFlow]) -> tuple[dict[str, Ma
     if not types or siblings_params is None:
         return {}, {}
     with reading_connection().cursor() as cursor:
-        cursor.execute(_FACTS_SQL, [MATURE_ACTIVE, MATURE_HIT_COUNT, text_array(types), *siblings_params])
+        cursor.execute(_FACTS_SQL, [text_array(types), *siblings_params])
         rows = cursor.fetchall()
     families = {kind: maturity(active, int(high_hit)) for kind, ref, _, _, active, high_hit in rows if ref is None}
     triggers = [(kind, ref, count, own) for kind, ref, count, own, _, _ in rows if ref is not None]
@@ -79,17 +82,19 @@ def _families_and_siblings(flows: Sequence[ReasoningFlow]) -> tuple[dict[str, Ma
 
 # Every radar input of the given pathways in one statement: the pathway's own fields,
 # its seed flow's metrics, the seed's verdict steps (agent and verdict label, in order)
-# and the aborted flows with its trigger (the partial index reasoning_flow_aborted_trigger).
-RADAR_INPUTS_SQL = """
+# and the aborted flows with its trigger (the partial index reasoning_flow_aborted_trigger, which a
+# generic plan reads only with the state a constant of the text). Parameter: the pathways' ids.
+RADAR_INPUTS_SQL = f"""
 SELECT p.id, p.trigger_type, p.trigger_ref, p.hit_count, p.confidence, p.step_kinds,
        p.last_hit_at, p.created_at, p.demoted_at, p.seed_flow_id, f.outcome_metrics,
        (SELECT coalesce(json_agg(json_build_array(s.agent, s.outputs -> 'verdict') ORDER BY s.position), '[]')
-          FROM reasoning_step s WHERE s.flow_id = p.seed_flow_id AND s.kind = %s) AS verdicts,
+          FROM reasoning_step s WHERE s.flow_id = p.seed_flow_id AND s.kind = {sql_constant(VERDICT_KIND)}) AS verdicts,
        (SELECT count(*) FROM reasoning_flow a
-         WHERE a.trigger_type = p.trigger_type AND a.trigger_ref = p.trigger_ref AND a.flow_state = %s) AS aborted
+         WHERE a.trigger_type = p.trigger_type AND a.trigger_ref = p.trigger_ref
+           AND a.flow_state = {sql_constant(ReasoningFlow.State.ABORTED.value)}) AS aborted
   FROM pathways_pathway p LEFT JOIN reasoning_flow f ON f.id = p.seed_flow_id
  WHERE p.id = ANY(%s)
-"""
+"""  # noqa: S608 (constants)
 # Filled in on the given pathways, so callers that show them (last_hit_at, step_kinds)
 # do not fetch them one pathway at a time.
 RADAR_ATTRIBUTES = (
@@ -138,7 +143,7 @@ def candidate_radars(pathways: Sequence[Pathway], *, now: datetime | None = None
         return []
     now = now or timezone.now()
     with reading_connection().cursor() as cursor:
-        cursor.execute(RADAR_INPUTS_SQL, [VERDICT_KIND, ReasoningFlow.State.ABORTED.value, [p.pk for p in pathways]])
+        cursor.execute(RADAR_INPUTS_SQL, [[p.pk for p in pathways]])
         columns = [column.name for column in cursor.description or ()]
         rows = {row["id"]: row for row in (dict(zip(columns, values, strict=True)) for values in cursor.fetchall())}
     for row in rows.values():

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from core.bulk import bound_cursor, text_array, uuid_array
+from core.bulk import bound_cursor, opaque_array, sql_constant, text_array, uuid_array
 from core.replica import reading_connection
 from reasoning.dimensions import LOW_CONFIDENCE, DimensionInputs, radar
 from reasoning.models import ReasoningFlow, ReasoningStep
@@ -82,14 +82,18 @@ class StepFacts:
 
 # The aborted flows of each trigger (type and ref) among the given ones, and which of the given
 # flows are among them (so that each is left out of its own count). Parameters: the flows' ids,
-# the triggers' types and refs, the aborted state.
-ABORTED_SIBLINGS_SQL = (
-    "SELECT f.trigger_type, f.trigger_ref, count(*), "
-    "array_agg(f.id) FILTER (WHERE f.id = ANY(%s::uuid[])) "
-    "FROM reasoning_flow f JOIN unnest(%s::text[], %s::text[]) AS t(trigger_type, trigger_ref) "
-    "ON f.trigger_type = t.trigger_type AND f.trigger_ref = t.trigger_ref "
-    "WHERE f.flow_state = %s GROUP BY f.trigger_type, f.trigger_ref"
-)
+# the triggers' types and refs. Planned once per connection, not at every close: the state is a
+# constant of the text (so that a generic plan reads the partial index
+# reasoning_flow_aborted_trigger) and the arrays are opaque to the planner (core.bulk's sql_constant
+# and opaque_array).
+ABORTED_SIBLINGS_SQL = f"""
+SELECT f.trigger_type, f.trigger_ref, count(*), array_agg(f.id) FILTER (WHERE f.id = ANY(%s::uuid[]))
+  FROM reasoning_flow f
+  JOIN unnest({opaque_array("text[]")}, {opaque_array("text[]")}) AS t(trigger_type, trigger_ref)
+    ON f.trigger_type = t.trigger_type AND f.trigger_ref = t.trigger_ref
+ WHERE f.flow_state = {sql_constant(ReasoningFlow.State.ABORTED.value)}
+ GROUP BY f.trigger_type, f.trigger_ref
+"""  # noqa: S608 (constants)
 
 
 def aborted_siblings_params(flows: Sequence[ReasoningFlow]) -> list[Any] | None:
@@ -101,7 +105,6 @@ def aborted_siblings_params(flows: Sequence[ReasoningFlow]) -> list[Any] | None:
         uuid_array(flow.pk for flow in flows),
         text_array(kind for kind, _ in pairs),
         text_array(ref for _, ref in pairs),
-        ReasoningFlow.State.ABORTED.value,
     ]
 
 

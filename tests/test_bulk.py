@@ -13,7 +13,17 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from core.bulk import _json_default, fetch, insert_rows, json_text, new_instance, text_array, uuid_array
+from core.bulk import (
+    _json_default,
+    fetch,
+    insert_rows,
+    json_text,
+    new_instance,
+    opaque_array,
+    sql_constant,
+    text_array,
+    uuid_array,
+)
 from reasoning.models import ReasoningFlow, ReasoningStep
 
 pytestmark = pytest.mark.django_db
@@ -59,6 +69,26 @@ def test_a_uuid_array_literal_reads_in_postgres_as_the_ids() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT %s::uuid[]", [uuid_array(ids)])
         assert cursor.fetchone() == (ids,)
+
+
+def test_an_opaque_array_is_the_array_it_was_given() -> None:
+    ids = [uuid.uuid4() for _ in range(3)]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {opaque_array('uuid[]')}, {opaque_array('text[]')}", [uuid_array(ids), "{a,b}"])
+        assert cursor.fetchone() == (ids, ["a", "b"])
+
+
+@pytest.mark.parametrize("value", [3, 0, "aborted", "llm_prompt", "v1.2:x-y"])
+def test_a_constant_reads_in_postgres_as_itself(value: int | str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {sql_constant(value)}")
+        assert cursor.fetchone() == (value,)
+
+
+@pytest.mark.parametrize("value", ["it's", "a b", "x; DROP TABLE reasoning_flow", "\\", 1.5, True, None])
+def test_only_integers_and_plain_words_are_constants(value: object) -> None:
+    with pytest.raises(ValueError, match="not a constant for a statement's text"):
+        sql_constant(value)  # type: ignore[arg-type]
 
 
 def test_encrypted_fields_are_encrypted_as_save_would() -> None:

@@ -51,7 +51,7 @@ from django.db import IntegrityError, connection, transaction
 from rest_framework.exceptions import ValidationError
 
 from core.api_views import flat_errors
-from core.bulk import fetch, text_array, uuid_array
+from core.bulk import fetch, opaque_array, text_array, uuid_array
 from core.serializers import validated
 from reasoning.models import PendingSpan, ReasoningFlow
 from reasoning.recording import ingest
@@ -440,6 +440,28 @@ def _place(universe: Mapping[Key, MappedSpan], stored: _Stored) -> dict[Key, _Pl
     return placed
 
 
+# The spans among the given derived ids already stored (``_stored``): parameters AGENT_TRIGGER,
+# the ids, AGENT, AGENT_TRIGGER, the ids again, the trace ids. For each registered id its step by
+# key, then the step's flow by key, whatever the planner believes of the tables' sizes (LIMIT: a
+# subquery it cannot merge into a join that starts from the flows and reads all their steps); a row
+# of nulls when a span of the traces is pending. The arrays are opaque to the planner, so that
+# PostgreSQL plans it once per connection however few the ids (core.bulk.opaque_array).
+_STORED_SQL = f"""
+SELECT id, NULL::uuid, agent, trigger_type = %s OR parent_span_id <> '', opened_by
+  FROM reasoning_flow WHERE id = ANY({opaque_array("uuid[]")})
+UNION ALL
+SELECT s.id, s.flow_id, s.agent, s.kind = %s OR f.trigger_type = %s OR f.parent_span_id <> '', f.opened_by
+  FROM reasoning_step_registry r,
+       LATERAL (SELECT id, flow_id, agent, kind FROM reasoning_step
+                 WHERE id = r.id AND flow_created_at = r.flow_created_at LIMIT 1) s,
+       LATERAL (SELECT trigger_type, parent_span_id, opened_by FROM reasoning_flow WHERE id = s.flow_id LIMIT 1) f
+ WHERE r.id = ANY({opaque_array("uuid[]")})
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL
+  FROM (SELECT 1 FROM reasoning_pending_span WHERE trace_id = ANY({opaque_array("text[]")}) LIMIT 1) p
+"""  # noqa: S608 (constants)
+
+
 def _stored(keys: Iterable[Key], pending_of: Sequence[str] = ()) -> _Stored:
     """The spans among ``keys`` already stored, found by their derived ids in one statement: as
     flows they opened, as steps they became, and (root calls) as their flows' first steps; and
@@ -459,22 +481,7 @@ def _stored(keys: Iterable[Key], pending_of: Sequence[str] = ()) -> _Stored:
     wanted = uuid_array(ids)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, NULL::uuid, agent, trigger_type = %s OR parent_span_id <> '', opened_by "
-            "FROM reasoning_flow WHERE id = ANY(%s::uuid[]) "
-            "UNION ALL SELECT s.id, s.flow_id, s.agent, "
-            "s.kind = %s OR f.trigger_type = %s OR f.parent_span_id <> '', f.opened_by "
-            # For each registered id its step by key, then the step's flow by key, whatever the
-            # planner believes of the tables' sizes (LIMIT: a subquery it cannot merge into a join
-            # that starts from the flows and reads all their steps).
-            "FROM reasoning_step_registry r, "
-            "LATERAL (SELECT id, flow_id, agent, kind FROM reasoning_step "
-            "WHERE id = r.id AND flow_created_at = r.flow_created_at LIMIT 1) s, "
-            "LATERAL (SELECT trigger_type, parent_span_id, opened_by FROM reasoning_flow "
-            "WHERE id = s.flow_id LIMIT 1) f "
-            "WHERE r.id = ANY(%s::uuid[]) "
-            # A row of nulls when a span of the traces is pending.
-            "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL FROM "
-            "(SELECT 1 FROM reasoning_pending_span WHERE trace_id = ANY(%s::text[]) LIMIT 1) p",
+            _STORED_SQL,
             [AGENT_TRIGGER, wanted, AGENT, AGENT_TRIGGER, wanted, text_array(pending_of)],
         )
         rows = cursor.fetchall()
