@@ -35,16 +35,18 @@ from reasoning.radar import (
 
 # Each trigger family's active pathways (counted up to MATURE_ACTIVE) and whether one was reused
 # MATURE_HIT_COUNT times: probes that stop early (both walk the (trigger_type, -hit_count) index of
-# active pathways), so a family of 10,000 pathways costs what a family of 5 does. The thresholds are
-# constants of the text, the types' array opaque to the planner, so that PostgreSQL plans it once
-# per connection (core.bulk's sql_constant and opaque_array). Parameter: the trigger types.
+# active pathways), so a family of 10,000 pathways costs what a family of 5 does; the second is a
+# LIMIT 1 probe, not EXISTS, which PostgreSQL may run as one hashed pass over every active pathway
+# reused three times when it guesses many families. The thresholds are constants of the text, the
+# types' array opaque to the planner, so that PostgreSQL plans it once per connection (core.bulk's
+# sql_constant and opaque_array). Parameter: the trigger types.
 _FAMILY_COLUMNS = f"""
     (SELECT count(*) FROM (SELECT 1 FROM pathways_pathway p
                            WHERE p.trigger_type = t.kind AND p.demoted_at IS NULL
                            LIMIT {sql_constant(MATURE_ACTIVE)}) s),
-    EXISTS (SELECT 1 FROM pathways_pathway p
-            WHERE p.trigger_type = t.kind AND p.demoted_at IS NULL
-              AND p.hit_count >= {sql_constant(MATURE_HIT_COUNT)})
+    coalesce((SELECT true FROM pathways_pathway p
+              WHERE p.trigger_type = t.kind AND p.demoted_at IS NULL
+                AND p.hit_count >= {sql_constant(MATURE_HIT_COUNT)} LIMIT 1), false)
 """  # noqa: S608 (constants)
 _FAMILIES = f"unnest({opaque_array('text[]')}) AS t(kind)"
 FAMILY_MATURITY_SQL = f"SELECT t.kind, {_FAMILY_COLUMNS} FROM {_FAMILIES}"  # noqa: S608 (constants)
