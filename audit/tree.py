@@ -15,6 +15,7 @@ from typing import Any
 from django.db import connection
 
 from audit import merkle
+from core.bulk import opaque_array
 
 Key = tuple[int, int]
 
@@ -29,6 +30,15 @@ def tree_size(cursor: Any | None = None) -> int:
     return int(row[0]) if row else 0
 
 
+# The arrays are opaque to the planner, so that PostgreSQL plans it once per connection, not at
+# every batch the chainer links (core.bulk.opaque_array).
+_FETCH_SQL = f"""
+SELECT n.level, n.idx, n.hash
+  FROM audit_tree_node n JOIN unnest({opaque_array("smallint[]")}, {opaque_array("bigint[]")}) AS k(level, idx)
+ USING (level, idx)
+"""  # noqa: S608 (constants)
+
+
 def fetch(keys: Iterable[Key], cursor: Any | None = None) -> dict[Key, bytes]:
     """The stored nodes among ``keys``, in one query (missing ones are left out)."""
     wanted = sorted(set(keys))
@@ -37,11 +47,7 @@ def fetch(keys: Iterable[Key], cursor: Any | None = None) -> dict[Key, bytes]:
     if cursor is None:
         with connection.cursor() as own:
             return fetch(wanted, own)
-    cursor.execute(
-        "SELECT n.level, n.idx, n.hash FROM audit_tree_node n"
-        " JOIN unnest(%s::smallint[], %s::bigint[]) AS k(level, idx) USING (level, idx)",
-        [[level for level, _ in wanted], [idx for _, idx in wanted]],
-    )
+    cursor.execute(_FETCH_SQL, [[level for level, _ in wanted], [idx for _, idx in wanted]])
     return {(int(level), int(idx)): bytes(digest) for level, idx, digest in cursor.fetchall()}
 
 

@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
+from audit.chain import chain_pending
 from reasoning.models import ReasoningFlow
 from tests import otlp
 
@@ -47,11 +48,12 @@ def test_the_write_paths_statements_are_prepared_after_a_few_requests(agent: API
     assert any("INSERT INTO audit_event" in s for s in statements)
 
 
-def test_the_otlp_routes_statements_are_planned_once_not_at_every_request(agent: APIClient) -> None:
+def test_the_otlp_routes_and_the_chainers_statements_are_planned_once(agent: APIClient) -> None:
     """PostgreSQL keeps planning a prepared statement at every execution when the plan made for all
     values is estimated dearer than one made for the values at hand (an array parameter is guessed
     at ten elements; an index whose predicate names a state is usable only by a constant): each
-    replanning cost a request of one flow ~0.3 ms of PostgreSQL's CPU."""
+    replanning cost a request of one flow ~0.3 ms of PostgreSQL's CPU, and the chainer the same
+    for every batch (a batch's size as a parameter, the tree nodes' keys as arrays)."""
     for n in range(1, 13):
         trace, root = f"{n:032x}", f"{n:016x}"
         spans = [
@@ -61,6 +63,7 @@ def test_the_otlp_routes_statements_are_planned_once_not_at_every_request(agent:
         body = otlp.protobuf_body(otlp.request(*spans))
         response = agent.post("/v1/traces", body, content_type="application/x-protobuf")
         assert response.status_code == 200, response.content
+        assert chain_pending(wait=False) > 0  # the chainer's batch, on the same connection here
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements WHERE NOT from_sql")
         plans = cursor.fetchall()
