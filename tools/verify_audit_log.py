@@ -755,16 +755,13 @@ def _hashed_by_workers(workers: int, setup: tuple[Any, ...], chunks: int) -> Gen
 
 def _hash_chunks(writer: Any, setup: tuple[Any, ...], indexes: range) -> None:
     """A worker process: hash the chunks ``indexes`` in order, each result (or the exception that
-    stopped it) sent down ``writer``."""
-    _open_events(*setup)
-    for index in indexes:
-        try:
-            result: Chunk | BaseException = _hash_chunk(index)
-        except Exception as error:  # handed to the parent, which raises it
-            result = error
-        writer.send(result)
-        if isinstance(result, BaseException):
-            break
+    stopped it: an unreadable file too) sent down ``writer``."""
+    try:
+        _open_events(*setup)
+        for index in indexes:
+            writer.send(_hash_chunk(index))
+    except Exception as error:  # handed to the parent, which raises it
+        writer.send(error)
     writer.close()
 
 
