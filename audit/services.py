@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from django.db import connection, models, transaction
 
@@ -20,7 +20,7 @@ from audit.actions import Action
 from audit.canonical import canonical_bytes
 from core.bulk import bound_cursor, json_text
 
-Target = models.Model | tuple[str, object] | None
+Target: TypeAlias = models.Model | tuple[str, object] | None
 
 # Keys that carry content rather than ids and counts; they never belong in a payload.
 _FORBIDDEN_KEYS = frozenset(

@@ -199,7 +199,8 @@ MIDDLEWARE = [
     # Outermost (they read no body): security headers on every answer, inner refusals included
     # (core/security.py; docs/api.md, "Security headers").
     "core.security.SecurityHeadersMiddleware",
-    "csp.middleware.CSPMiddleware",
+    # django-csp's, the settings' policy built once (core/security.py).
+    "core.security.ContentSecurityPolicyMiddleware",
     # First to touch the request: nothing may read a chunked body before it is read whole (or refused).
     "core.middleware.ChunkedBodyMiddleware",
     # After a request with a large body (the bulk routes), its memory goes back to the system.
@@ -364,6 +365,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["core.api.StrictJSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "core.api.ContentNegotiation",
     "DEFAULT_SCHEMA_CLASS": "core.api_views.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.exception_handler",
     "UNAUTHENTICATED_USER": None,

@@ -135,6 +135,34 @@ def test_query_parameters_are_checked_after_authentication(anonymous: APIClient)
     assert response.status_code == 401
 
 
+# --- Content negotiation (core.api.ContentNegotiation) ---------------------------------------------
+
+
+@pytest.mark.parametrize("accept", [None, "*/*", "application/json", "application/*", "text/html, application/json"])
+def test_an_accept_that_takes_json_gets_json(operator: APIClient, accept: str | None) -> None:
+    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
+    response = operator.get("/admin/v1/reasoning/claims-pending-review", **headers)
+
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"] == "application/json"
+    assert b"\n" not in response.content  # compact
+
+
+def test_json_parameters_in_accept_are_honoured(operator: APIClient) -> None:
+    response = operator.get("/admin/v1/reasoning/claims-pending-review", HTTP_ACCEPT="application/json; indent=2")
+
+    assert response.status_code == 200
+    assert response.content.startswith(b'{\n  "')
+
+
+@pytest.mark.parametrize("query", ["", "?limit=5"])
+def test_an_accept_without_json_is_406_whatever_the_query(operator: APIClient, query: str) -> None:
+    response = operator.get(f"/admin/v1/reasoning/claims-pending-review{query}", HTTP_ACCEPT="text/html")
+
+    assert response.status_code == 406
+    assert response.json() == {"detail": "Could not satisfy the request Accept header."}
+
+
 # --- Numbers are JSON numbers -------------------------------------------------------------------
 
 

@@ -20,16 +20,21 @@ from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
+from csp.constants import NONCE
+from csp.decorators import csp_exempt, csp_update
+from csp.exceptions import CSPNonceError
+from csp.utils import build_policy
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
-from core.security import SecurityHeadersMiddleware
+from core.security import ContentSecurityPolicyMiddleware, SecurityHeadersMiddleware
 from patients.models import Patient
 from tests.factories import PASSWORD, logged_in, make_flow
-from tests.security_headers import assert_security_headers
+from tests.security_headers import CSP_DIRECTIVES, assert_security_headers, csp_directives
 
 pytestmark = pytest.mark.django_db
 
@@ -228,6 +233,58 @@ def test_a_cache_control_a_view_set_is_kept() -> None:
 
     assert response["Cache-Control"] == "max-age=60"
     assert response["Permissions-Policy"].startswith("accelerometer=()")
+
+
+def _with_csp(view: Callable[[HttpRequest], HttpResponse], request: HttpRequest | None = None) -> HttpResponse:
+    request = request or RequestFactory().get("/dashboard/anything")
+    response = ContentSecurityPolicyMiddleware(view)(request)
+    assert isinstance(response, HttpResponse)
+    return response
+
+
+def test_the_policy_built_once_is_the_one_the_library_builds() -> None:
+    request = RequestFactory().get("/dashboard/anything")
+    response = _with_csp(lambda request: HttpResponse("page"), request)
+
+    assert response["Content-Security-Policy"] == build_policy()
+    assert csp_directives(response["Content-Security-Policy"]) == CSP_DIRECTIVES
+    with pytest.raises(CSPNonceError):  # a nonce asked for once the header is written
+        str(request.csp_nonce)  # type: ignore[attr-defined]
+
+
+def test_a_view_that_brings_its_own_policy_or_uses_a_nonce_gets_it() -> None:
+    @csp_update({"img-src": ["https://images.example"]})
+    def updated(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("page")
+
+    def with_nonce(request: HttpRequest) -> HttpResponse:
+        return HttpResponse(f"<script nonce={request.csp_nonce}></script>")  # type: ignore[attr-defined]
+
+    @csp_exempt()
+    def exempt(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("page")
+
+    assert "https://images.example" in csp_directives(_with_csp(updated)["Content-Security-Policy"])["img-src"]
+    assert "Content-Security-Policy" not in _with_csp(exempt)
+    with_nonces = {"DIRECTIVES": {**settings.CONTENT_SECURITY_POLICY["DIRECTIVES"], "script-src": ["'self'", NONCE]}}
+    with override_settings(CONTENT_SECURITY_POLICY=with_nonces):
+        nonced = _with_csp(with_nonce)
+        plain = _with_csp(lambda request: HttpResponse("page"))
+    nonce = re.search(r"nonce=([^>]+)>", nonced.content.decode())
+    assert nonce and csp_directives(nonced["Content-Security-Policy"])["script-src"] == {
+        "'self'",
+        f"'nonce-{nonce.group(1)}'",
+    }
+    assert csp_directives(plain["Content-Security-Policy"])["script-src"] == {"'self'"}
+
+
+def test_a_report_only_policy_goes_through_the_library() -> None:
+    report_only = {"DIRECTIVES": {"default-src": ["'none'"], "report-uri": ["/csp-reports"]}}
+    with override_settings(CONTENT_SECURITY_POLICY_REPORT_ONLY=report_only):
+        response = _with_csp(lambda request: HttpResponse("page"))
+
+    assert response["Content-Security-Policy-Report-Only"] == "default-src 'none'; report-uri /csp-reports"
+    assert response["Content-Security-Policy"] == build_policy()
 
 
 def test_healthz_keeps_never_cache(anonymous: APIClient) -> None:
