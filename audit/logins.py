@@ -257,7 +257,9 @@ class OperatorIdleTimeoutMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        user = getattr(request, "user", None)
+        # Without a session cookie there is no operator to time out (an API request: a bearer
+        # token), and reading request.user would set up an empty session to learn that.
+        user = getattr(request, "user", None) if settings.SESSION_COOKIE_NAME in request.COOKIES else None
         if user is not None and user.is_authenticated and user.is_staff:
             now = timezone.now().timestamp()
             last_seen = request.session.get(LAST_SEEN_KEY)

@@ -88,7 +88,9 @@ class BufferedBody:
             return
         chunks: list[bytes] = []
         try:
-            complete = await asyncio.wait_for(self._read(receive, chunks, limit), self.timeout_s)
+            # In this task (wait_for would start another for the read, at every request).
+            async with asyncio.timeout(self.timeout_s):
+                complete = await self._read(receive, chunks, limit)
         except TimeoutError:
             await _answer(send, 408, f"The request body did not arrive within {self.timeout_s:g} s.")
             return
