@@ -18,7 +18,7 @@ from django.db import connection, models, transaction
 
 from audit.actions import Action
 from audit.canonical import canonical_bytes
-from core.bulk import bound_cursor, json_text
+from core.bulk import Write, execute_writes, json_text
 
 Target: TypeAlias = models.Model | tuple[str, object] | None
 
@@ -73,10 +73,20 @@ def record_many(events: Sequence[Event]) -> list[int]:
     """Write audit events in the current transaction, in one statement whatever their
     number (the bulk ingest path); return their sequence numbers, in order. Each event
     is checked as ``record()`` checks it; one bad payload refuses them all."""
+    write = events_write(events)
+    if write is None:
+        return []
+    return sorted(int(row[0]) for row in execute_writes([write], returning="event_id"))
+
+
+def events_write(events: Sequence[Event]) -> Write | None:
+    """The statement that writes ``events`` (checked as ``record_many`` checks them), to be sent
+    with the change it records in one statement (``core.bulk.execute_writes``, in the same
+    transaction); ``None`` for none."""
     if not connection.in_atomic_block:
         raise RuntimeError("audit.record() must run inside the transaction of the change it records")
     if not events:
-        return []
+        return None
     rows: list[dict[str, Any]] = []
     for n, event in enumerate(events):
         if not isinstance(event.action, Action):
@@ -103,25 +113,23 @@ def record_many(events: Sequence[Event]) -> list[int]:
                 "canonical": "\\x" + canonical.hex(),
             }
         )
-    # One round trip, one parameter: the events as a JSON array (in order), and their places
-    # in the chainer's queue.
-    with bound_cursor() as cursor:
-        cursor.execute(
-            """
-            WITH event AS (
-                INSERT INTO audit_event (action, actor, target_type, target_id, payload, canonical)
-                SELECT e.action, e.actor, e.target_type, e.target_id, e.payload, e.canonical
-                FROM json_to_recordset(%s::json) AS e(
-                    n int, action text, actor text, target_type text, target_id text, payload jsonb, canonical bytea
-                )
-                ORDER BY e.n
-                RETURNING id
-            )
-            INSERT INTO audit_pending (event_id) SELECT id FROM event ORDER BY id RETURNING event_id
-            """,
-            [json_text(rows)],
-        )
-        return sorted(int(row[0]) for row in cursor.fetchall())
+    # One parameter: the events as a JSON array (in order), and their places in the chainer's queue.
+    return Write(
+        "INSERT INTO audit_pending (event_id) SELECT id FROM event ORDER BY id",
+        (json_text(rows),),
+        parts=(("event", _INSERT_EVENTS),),
+    )
+
+
+_INSERT_EVENTS = """
+INSERT INTO audit_event (action, actor, target_type, target_id, payload, canonical)
+SELECT e.action, e.actor, e.target_type, e.target_id, e.payload, e.canonical
+FROM json_to_recordset(%s::json) AS e(
+    n int, action text, actor text, target_type text, target_id text, payload jsonb, canonical bytea
+)
+ORDER BY e.n
+RETURNING id
+"""
 
 
 def _target(target: Target) -> tuple[str, str]:

@@ -25,6 +25,7 @@ import re
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
 from functools import cache, partial
@@ -234,18 +235,72 @@ def new_instance(model: type[M], values: dict[str, Any]) -> M:
     return obj
 
 
-def insert_rows(objs: Sequence[models.Model], *, returning: str = "", then: str = "") -> None:
-    """Insert unsaved instances of one model (primary keys set by the caller), in one statement.
+@dataclass(frozen=True)
+class Write:
+    """A write statement that can be sent together with others (``execute_writes``).
+
+    ``parts``: its named steps, ``WITH name AS (sql)`` in order (a part names an earlier one of the
+    same write by that name, as a whole word); ``body``: the statement after them; ``params``: the
+    parameters of the parts, then of the body, in the order of their placeholders. Constants of
+    the code base, never input."""
+
+    body: str
+    params: tuple[Any, ...]
+    parts: tuple[tuple[str, str], ...] = ()
+
+    def sql(self) -> str:
+        if not self.parts:
+            return self.body
+        return "WITH " + ", ".join(f"{name} AS ({sql})" for name, sql in self.parts) + " " + self.body
+
+
+def execute_writes(writes: Sequence[Write | None], *, returning: str = "") -> list[tuple[Any, ...]]:
+    """The writes (``None``: nothing to write) in one statement, one round trip: each becomes
+    data-modifying parts of one ``WITH``, the last one's body the statement's own (``returning``
+    appended to it; its rows are returned). PostgreSQL runs every part to completion whether or
+    not anything reads it, all on the statement's one snapshot: a write cannot see another's rows
+    (a foreign key between them must be deferred), and the statement fails or succeeds whole.
+    A part's names are made unique to its write (``w0_inserted``, ``w1_inserted``)."""
+    present = [write for write in writes if write is not None]
+    if not present:
+        return []
+    if len(present) == 1:
+        sql, params = present[0].sql(), list(present[0].params)
+    else:
+        parts: list[str] = []
+        for index, write in enumerate(present):
+            renames = [(re.compile(rf"\b{re.escape(name)}\b"), f"w{index}_{name}") for name, _ in write.parts]
+
+            def unique(text: str, renames: list[tuple[re.Pattern[str], str]] = renames) -> str:
+                for pattern, new_name in renames:
+                    text = pattern.sub(new_name, text)
+                return text
+
+            parts.extend(f"w{index}_{name} AS ({unique(sql)})" for name, sql in write.parts)
+            if index < len(present) - 1:
+                parts.append(f"w{index} AS ({unique(write.body)})")
+            else:
+                last_body = unique(write.body)
+        sql = "WITH " + ", ".join(parts) + " " + last_body
+        params = [param for write in present for param in write.params]
+    if returning:
+        sql += f" RETURNING {returning}"
+    with bound_cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if returning else []
+
+
+def insert_write(objs: Sequence[models.Model], *, returning: str = "", then: str = "") -> Write | None:
+    """The ``Write`` that inserts unsaved instances of one model (primary keys set by the caller)
+    (``None`` for none).
 
     ``then``: a statement over the inserted rows, made part of the same one (no round trip of its
     own): ``WITH inserted AS (INSERT … RETURNING <returning>) <then>``, ``then`` reading the
     relation ``inserted`` (its columns: ``returning``). Constants of the caller's code, never input."""
     if not objs:
-        return
+        return None
     model = type(objs[0])
     sql, fields = _statement(model)
-    if then:
-        sql = f"WITH inserted AS ({sql} RETURNING {returning}) {then}"
     rows: list[dict[str, Any]] = [{} for _ in objs]
     for field, pre_save in fields:
         column = field.column
@@ -271,8 +326,16 @@ def insert_rows(objs: Sequence[models.Model], *, returning: str = "", then: str 
         else:
             for row, value in zip(rows, values, strict=True):
                 row[column] = field.get_db_prep_save(value, connection)
-    with bound_cursor() as cursor:
-        cursor.execute(sql, [json_text(rows)])
+    params = (json_text(rows),)
+    if then:
+        return Write(then, params, parts=(("inserted", f"{sql} RETURNING {returning}"),))
+    return Write(sql, params)
+
+
+def insert_rows(objs: Sequence[models.Model], *, returning: str = "", then: str = "") -> None:
+    """Insert unsaved instances of one model (primary keys set by the caller), in one statement
+    (``insert_write``, sent alone)."""
+    execute_writes([insert_write(objs, returning=returning, then=then)])
 
 
 @contextmanager

@@ -140,8 +140,8 @@ def test_query_parameters_are_checked_after_authentication(anonymous: APIClient)
 
 @pytest.mark.parametrize("accept", [None, "*/*", "application/json", "application/*", "text/html, application/json"])
 def test_an_accept_that_takes_json_gets_json(operator: APIClient, accept: str | None) -> None:
-    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
-    response = operator.get("/admin/v1/reasoning/claims-pending-review", **headers)
+    path = "/admin/v1/reasoning/claims-pending-review"
+    response = operator.get(path) if accept is None else operator.get(path, HTTP_ACCEPT=accept)
 
     assert response.status_code == 200, response.content
     assert response["Content-Type"] == "application/json"

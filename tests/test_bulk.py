@@ -1,5 +1,6 @@
-"""core.bulk: insert_rows (one statement for any number of rows, storing what save() would) and
-fetch (instances by key, as the ORM would load them)."""
+"""core.bulk: insert_rows (one statement for any number of rows, storing what save() would),
+execute_writes (several writes as one statement) and fetch (instances by key, as the ORM would
+load them)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from core.bulk import (
+    Write,
     _json_default,
+    execute_writes,
     fetch,
     insert_rows,
+    insert_write,
     json_text,
     new_instance,
     opaque_array,
@@ -237,6 +241,42 @@ def test_then_reads_the_inserted_rows_in_the_same_statement() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM reasoning_flow_rollup_dirty")
         assert cursor.fetchone() == (3,)
+
+
+def _dirty_hours() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM reasoning_flow_rollup_dirty")
+        return int(cursor.fetchone()[0])
+
+
+MARK = "INSERT INTO reasoning_flow_rollup_dirty (hour) SELECT now() FROM inserted WHERE agent = %s"
+
+
+def test_writes_sent_together_are_one_statement_each_reading_its_own_parts() -> None:
+    owner = flow()
+    first = [step(owner, position, agent=f"agent-{position % 2}") for position in range(1, 6)]
+    second = [step(owner, position, agent="agent-1") for position in range(6, 8)]
+    one = insert_write(first, returning="agent", then=MARK)
+    two = insert_write(second, returning="agent", then=MARK)
+    assert one is not None and two is not None  # both name their part "inserted"
+    one = Write(one.body, (*one.params, "agent-0"), one.parts)
+    two = Write(two.body, (*two.params, "agent-1"), two.parts)
+
+    with CaptureQueriesContext(connection) as captured:
+        rows = execute_writes([one, None, two], returning="hour")
+
+    assert len(captured) == 1
+    assert "w0_inserted" in captured[0]["sql"] and "w1_inserted" in captured[0]["sql"]
+    assert ReasoningStep.objects.filter(flow=owner).count() == 7
+    assert _dirty_hours() == 2 + 2  # agent-0 twice among the first five, agent-1 in both of the others
+    assert len(rows) == 2  # what the last write's own statement returned
+
+
+def test_nothing_to_write_is_no_statement() -> None:
+    with CaptureQueriesContext(connection) as captured:
+        assert execute_writes([None, insert_write([])]) == []
+
+    assert len(captured) == 0
 
 
 @pytest.mark.filterwarnings("ignore:DateTimeField .* received a naive datetime")

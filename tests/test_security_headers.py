@@ -26,7 +26,7 @@ from csp.exceptions import CSPNonceError
 from csp.utils import build_policy
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.test import Client, RequestFactory, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
@@ -235,7 +235,7 @@ def test_a_cache_control_a_view_set_is_kept() -> None:
     assert response["Permissions-Policy"].startswith("accelerometer=()")
 
 
-def _with_csp(view: Callable[[HttpRequest], HttpResponse], request: HttpRequest | None = None) -> HttpResponse:
+def _with_csp(view: Callable[[HttpRequest], HttpResponseBase], request: HttpRequest | None = None) -> HttpResponse:
     request = request or RequestFactory().get("/dashboard/anything")
     response = ContentSecurityPolicyMiddleware(view)(request)
     assert isinstance(response, HttpResponse)

@@ -39,8 +39,8 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from audit.actions import Action
-from audit.services import Event, payload_float, record_many
-from core.bulk import bound_cursor, fetch, insert_rows, json_text, new_instance
+from audit.services import Event, events_write, payload_float
+from core.bulk import Write, bound_cursor, execute_writes, fetch, insert_write, json_text, new_instance
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
 from patients.models import Patient
 from reasoning import metrics, rollups
@@ -241,9 +241,10 @@ def write_in_transaction(
         plans.append(plan)
         results.append(Result("created"))  # filled in below
     _close_all([plan for plan in plans if plan.closing], stored_steps=stored_steps, now=now)
-    _insert(plans, now)
     closing = [plan.flow for plan in plans if plan.closing]
-    record_many([*_events(plans, actor), *close_events_of(closing)])
+    # The rows and their audit events: one statement, one round trip (a statement costs the
+    # worker ~0.06 ms of CPU whatever it carries).
+    execute_writes([*_writes(plans, now), events_write([*_events(plans, actor), *close_events_of(closing)])])
     # The work the closes owe their receivers, committed with them (the outbox).
     owed = close_work.owe(closing, now) if closing else []
 
@@ -582,12 +583,12 @@ _EARLIER_STEPS = (
 # --- Writing -----------------------------------------------------------------------------------
 
 
-def _insert(plans: Sequence[Plan], now: datetime) -> None:
-    """The rows, and what they owe the dashboard's rollups (``reasoning.rollups``) in the same
-    statements: the hour of every flow opened, closed or given a cost marked dirty, the usage of
-    every new step that reported tokens."""
+def _writes(plans: Sequence[Plan], now: datetime) -> list[Write | None]:
+    """The rows' writes, and what they owe the dashboard's rollups (``reasoning.rollups``) in the
+    same statements: the hour of every flow opened, closed or given a cost marked dirty, the
+    usage of every new step that reported tokens."""
     new_flows = [plan.flow for plan in plans if plan.new_flow]
-    insert_rows(new_flows, returning="created_at", then=rollups.MARK_HOURS)
+    writes = [insert_write(new_flows, returning="created_at", then=rollups.MARK_HOURS)]
     steps: list[ReasoningStep] = []
     for plan in plans:
         for step in plan.new_steps:
@@ -596,20 +597,23 @@ def _insert(plans: Sequence[Plan], now: datetime) -> None:
                 step.created_at = now
             steps.append(step)
     if any(rollups.reports_tokens(step) for step in steps):
-        insert_rows(steps, returning=rollups.USAGE_OF_STEPS, then=rollups.OWE_USAGE)
+        writes.append(insert_write(steps, returning=rollups.USAGE_OF_STEPS, then=rollups.OWE_USAGE))
     else:
-        insert_rows(steps)  # the plainer statement: planned in a third of the time
+        writes.append(insert_write(steps))  # the plainer statement: planned in a third of the time
     changed = [plan for plan in plans if not plan.new_flow and (plan.new_steps or plan.closing)]
     if changed:
-        _update_flows(
-            [plan.flow for plan in changed],
-            [plan.closing or any(step.cost_usd is not None for step in plan.new_steps) for plan in changed],
+        writes.append(
+            _update_flows(
+                [plan.flow for plan in changed],
+                [plan.closing or any(step.cost_usd is not None for step in plan.new_steps) for plan in changed],
+            )
         )
+    return writes
 
 
-def _update_flows(flows: Sequence[ReasoningFlow], rollup: Sequence[bool]) -> None:
-    """Step counts, usage and close fields of stored flows, in one statement of one parameter (the
-    rows as JSON, as ``core.bulk.insert_rows`` sends them); with the dirty marks of the hours of
+def _update_flows(flows: Sequence[ReasoningFlow], rollup: Sequence[bool]) -> Write:
+    """The write of step counts, usage and close fields of stored flows, of one parameter (the
+    rows as JSON, as ``core.bulk.insert_write`` sends them); with the dirty marks of the hours of
     those whose ``rollup`` is true (closed, or given a cost)."""
     rows = [
         {
@@ -633,39 +637,37 @@ def _update_flows(flows: Sequence[ReasoningFlow], rollup: Sequence[bool]) -> Non
         }
         for flow, marked in zip(flows, rollup, strict=True)
     ]
-    with bound_cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH updated AS (
-            UPDATE reasoning_flow f SET
-                step_count = v.step_count,
-                input_tokens = v.input_tokens,
-                output_tokens = v.output_tokens,
-                cost_usd = v.cost_usd,
-                model_names = v.model_names,
-                flow_state = v.flow_state,
-                closed_at = v.closed_at,
-                outcome_type = v.outcome_type,
-                outcome_summary = v.outcome_summary,
-                outcome_confidence = v.outcome_confidence,
-                abort_reason = v.abort_reason,
-                outcome_metrics = v.outcome_metrics,
-                patient_safe_summary = v.patient_safe_summary,
-                summary_guard_rule = v.summary_guard_rule,
-                dimensions_snapshot = v.dimensions_snapshot
-            FROM json_to_recordset(%s::json) AS v(
-                id uuid, step_count int, flow_state text, closed_at timestamptz, outcome_type text,
-                outcome_summary text, outcome_confidence float8, abort_reason text, outcome_metrics jsonb,
-                patient_safe_summary bool, summary_guard_rule text, dimensions_snapshot jsonb,
-                input_tokens int8, output_tokens int8, cost_usd numeric, model_names text[], rollup bool
-            )
-            WHERE f.id = v.id
-            RETURNING f.created_at, v.rollup
-            ), inserted AS (SELECT created_at FROM updated WHERE rollup)
-            {rollups.MARK_HOURS}
-            """,  # noqa: S608 (constants of this code base)
-            [json_text(rows)],
-        )
+    return Write(rollups.MARK_HOURS, (json_text(rows),), parts=(("updated", _UPDATE_FLOWS), ("inserted", _ROLLUP)))
+
+
+_UPDATE_FLOWS = """
+UPDATE reasoning_flow f SET
+    step_count = v.step_count,
+    input_tokens = v.input_tokens,
+    output_tokens = v.output_tokens,
+    cost_usd = v.cost_usd,
+    model_names = v.model_names,
+    flow_state = v.flow_state,
+    closed_at = v.closed_at,
+    outcome_type = v.outcome_type,
+    outcome_summary = v.outcome_summary,
+    outcome_confidence = v.outcome_confidence,
+    abort_reason = v.abort_reason,
+    outcome_metrics = v.outcome_metrics,
+    patient_safe_summary = v.patient_safe_summary,
+    summary_guard_rule = v.summary_guard_rule,
+    dimensions_snapshot = v.dimensions_snapshot
+FROM json_to_recordset(%s::json) AS v(
+    id uuid, step_count int, flow_state text, closed_at timestamptz, outcome_type text,
+    outcome_summary text, outcome_confidence float8, abort_reason text, outcome_metrics jsonb,
+    patient_safe_summary bool, summary_guard_rule text, dimensions_snapshot jsonb,
+    input_tokens int8, output_tokens int8, cost_usd numeric, model_names text[], rollup bool
+)
+WHERE f.id = v.id
+RETURNING f.created_at, v.rollup
+"""
+# The hours the updated flows owe the dashboard's rollups.
+_ROLLUP = "SELECT created_at FROM updated WHERE rollup"
 
 
 def _events(plans: Sequence[Plan], actor: str) -> Iterator[Event]:

@@ -92,7 +92,7 @@ def test_flow_is_not_kept_when_its_audit_event_cannot_be_written(
     def failing_record(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("audit store unavailable")
 
-    monkeypatch.setattr("reasoning.recording.ingest.record_many", failing_record)
+    monkeypatch.setattr("reasoning.recording.ingest.events_write", failing_record)
 
     with pytest.raises(RuntimeError, match="audit store unavailable"):
         agent.post(URL, BODY, format="json")

@@ -389,6 +389,22 @@ def test_the_number_of_queries_does_not_grow_with_flows_or_steps(agent: APIClien
     assert many == one
 
 
+def test_the_rows_and_their_audit_events_are_written_by_one_statement(agent: APIClient) -> None:
+    def writes(send: Any) -> list[str]:
+        with CaptureQueriesContext(connection) as captured:
+            assert send().status_code in (200, 201)
+        return [query["sql"] for query in captured if "audit_event" in query["sql"]]
+
+    opened = whole_flow(2, close=False)
+    batch = writes(lambda: ingest(agent, opened, whole_flow(3)))
+    one_step = writes(lambda: agent.post(f"/api/reasoning/flows/{opened['id']}/steps", step(5), format="json"))
+
+    assert len(batch) == 1
+    assert 'INSERT INTO "reasoning_flow"' in batch[0] and 'INSERT INTO "reasoning_step"' in batch[0]
+    assert len(one_step) == 1
+    assert 'INSERT INTO "reasoning_step"' in one_step[0] and "UPDATE reasoning_flow" in one_step[0]
+
+
 # --- The envelope -----------------------------------------------------------------------------------
 
 
