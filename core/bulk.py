@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
-from functools import cache, partial
+from functools import cache, lru_cache, partial
 from typing import Any, TypeVar
 
 import msgspec
@@ -264,30 +264,35 @@ def execute_writes(writes: Sequence[Write | None], *, returning: str = "") -> li
     present = [write for write in writes if write is not None]
     if not present:
         return []
-    if len(present) == 1:
-        sql, params = present[0].sql(), list(present[0].params)
-    else:
-        parts: list[str] = []
-        for index, write in enumerate(present):
-            renames = [(re.compile(rf"\b{re.escape(name)}\b"), f"w{index}_{name}") for name, _ in write.parts]
-
-            def unique(text: str, renames: list[tuple[re.Pattern[str], str]] = renames) -> str:
-                for pattern, new_name in renames:
-                    text = pattern.sub(new_name, text)
-                return text
-
-            parts.extend(f"w{index}_{name} AS ({unique(sql)})" for name, sql in write.parts)
-            if index < len(present) - 1:
-                parts.append(f"w{index} AS ({unique(write.body)})")
-            else:
-                last_body = unique(write.body)
-        sql = "WITH " + ", ".join(parts) + " " + last_body
-        params = [param for write in present for param in write.params]
+    sql = present[0].sql() if len(present) == 1 else _together(tuple((write.body, write.parts) for write in present))
+    params = [param for write in present for param in write.params]
     if returning:
         sql += f" RETURNING {returning}"
     with bound_cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall() if returning else []
+
+
+@lru_cache(maxsize=256)
+def _together(writes: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]) -> str:
+    """The statement of ``execute_writes`` for writes of these bodies and parts (constants of the
+    code: a few shapes, each composed once)."""
+    parts: list[str] = []
+    last = ""
+    for index, (body, named) in enumerate(writes):
+        renames = [(re.compile(rf"\b{re.escape(name)}\b"), f"w{index}_{name}") for name, _ in named]
+
+        def unique(text: str, renames: list[tuple[re.Pattern[str], str]] = renames) -> str:
+            for pattern, new_name in renames:
+                text = pattern.sub(new_name, text)
+            return text
+
+        parts.extend(f"w{index}_{name} AS ({unique(sql)})" for name, sql in named)
+        if index < len(writes) - 1:
+            parts.append(f"w{index} AS ({unique(body)})")
+        else:
+            last = unique(body)
+    return "WITH " + ", ".join(parts) + " " + last
 
 
 def insert_write(objs: Sequence[models.Model], *, returning: str = "", then: str = "") -> Write | None:
