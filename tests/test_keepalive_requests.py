@@ -2,7 +2,8 @@
 (``config.gunicorn.GuardedHttpToolsProtocol``), served as ``make run`` serves it: the answer to the
 last request says ``connection: close`` and the server ends the connection, so a client's next
 request opens a new one, which any worker may accept (long-lived connections spread over the
-workers instead of staying where they first landed)."""
+workers instead of staying where they first landed). A worker holding two connections more than
+the least busy one ends them sooner (``config.gunicorn.ConnectionSpread``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import psutil
 import pytest
 
+from config.gunicorn import ConnectionSpread
 from tests.servers import Gunicorn
 
 PER_CONNECTION = 3
@@ -51,3 +54,56 @@ def test_the_server_ends_the_connection_after_its_last_answer(served: Gunicorn) 
             answers += chunk
     assert answers.count(b"HTTP/1.1 ") == PER_CONNECTION
     assert answers.lower().count(b"connection: close") == 1
+
+
+def test_a_worker_with_two_connections_more_than_another_is_crowded() -> None:
+    spread = ConnectionSpread()
+    slots = [spread.assign() for _ in range(3)]
+    assert slots == [0, 1, 2]
+    spread.own = 0
+    spread.report(2)
+
+    assert spread.crowded(2)  # the others hold none
+    spread.own = 1
+    spread.report(1)
+    spread.own = 2
+    spread.report(1)
+    spread.own = 0
+    assert not spread.crowded(2)  # 2-1-1: as even as four connections on three workers go
+    spread.release(2)  # a worker that exited counts no more; its slot is given again
+    assert not spread.crowded(2)
+    assert spread.assign() == 2
+    assert spread.crowded(2)  # the new worker holds none
+
+
+def test_without_a_slot_nothing_is_crowded() -> None:
+    assert not ConnectionSpread().crowded(1000)
+
+
+def _connections_per_worker(served: Gunicorn) -> list[int]:
+    assert served.process is not None
+    workers = psutil.Process(served.process.pid).children()
+    return sorted(
+        sum(1 for c in worker.net_connections("tcp") if c.status == "ESTABLISHED" and c.laddr.port == served.port)
+        for worker in workers
+    )
+
+
+def test_connections_that_pile_up_on_one_worker_spread_over_the_others(
+    django_db_setup: None, django_db_blocker: Any
+) -> None:
+    with django_db_blocker.unblock(), Gunicorn({"WEB_MAX_REQUESTS_PER_CONNECTION": "1000"}, workers=3) as served:
+        clients = [http.client.HTTPConnection("127.0.0.1", served.port, timeout=10) for _ in range(6)]
+        for client in clients:  # six connections at once: a worker's event loop may take them all
+            client.connect()
+        for _ in range(40):
+            for client in clients:
+                client.request("GET", "/favicon.ico")  # reconnects by itself after a "connection: close"
+                client.getresponse().read()
+            counts = _connections_per_worker(served)
+            if sum(counts) == 6 and counts[-1] - counts[0] <= 1:
+                break
+        for client in clients:
+            client.close()
+
+    assert counts == [2, 2, 2]
