@@ -10,8 +10,8 @@ run ``command()``, i.e. ``gunicorn config.asgi:application -c python:config.guni
   (10) and fit in 64 KiB (else 408 / 431 and the connection is closed); its body within
   ``WEB_BODY_TIMEOUT`` seconds (60, ``config.asgi``).
 * A kept-alive connection is closed after ``WEB_MAX_REQUESTS_PER_CONNECTION`` requests (25; its
-  last answer says ``connection: close``), and sooner when its worker holds two connections more
-  than the least busy one (``ConnectionSpread``), so that long-lived connections spread over the
+  last answer says ``connection: close``), and sooner when its worker has held two connections
+  more than the least busy one for a while (``ConnectionSpread``), so that long-lived connections spread over the
   workers (``GuardedHttpToolsProtocol``).
 * SIGTERM stops gracefully: no new connections, requests in progress finish (at most
   ``graceful_timeout``), idle and half-sent connections are closed.
@@ -23,6 +23,7 @@ import mmap
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -61,17 +62,19 @@ class ConnectionSpread:
     The master gives each worker a slot before it forks it (``pre_fork``) and takes it back when
     the worker has exited (``child_exit``); the worker writes its own count at each connection
     made or lost and reads the others' (a few integers, no lock: each slot has one writer).
-    ``crowded``: this worker holds two connections more than the least busy one, so the answer it
-    is about to give should end its connection and let the client reconnect to whichever worker
-    accepts first. Without a slot (a server not started by this gunicorn configuration) nothing is
-    ever crowded."""
+    ``crowded``: this worker has held two connections more than the least busy one for
+    ``SETTLE_S`` seconds, so the answer it is about to give should end its connection and let the
+    client reconnect to whichever worker accepts first. Without a slot (a server not started by this
+    gunicorn configuration) nothing is ever crowded."""
 
     SLOTS = 64
+    SETTLE_S = 0.25
 
     def __init__(self) -> None:
         self._memory = mmap.mmap(-1, 4 * self.SLOTS)
         self._slots = memoryview(self._memory).cast("i")
         self.own: int | None = None
+        self._since: float | None = None
 
     # In the master.
     def assign(self) -> int | None:
@@ -93,7 +96,15 @@ class ConnectionSpread:
     def crowded(self, connections: int) -> bool:
         if self.own is None:
             return False
-        return connections >= min(filter(None, self._slots.tolist())) - 1 + 2
+        if connections < min(filter(None, self._slots.tolist())) - 1 + 2:
+            self._since = None
+            return False
+        # Only once it has lasted: a client reconnecting (its 25th answer) leaves the counts uneven
+        # for a moment, and ending connections then would only make more reconnections.
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+        return now - self._since >= self.SETTLE_S
 
 
 SPREAD = ConnectionSpread()
@@ -145,8 +156,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     reconnects, and the first worker to accept is one whose event loop is free, not one busy
     in Django. A reconnection per 25 requests costs a loopback handshake, nothing measurable.
 
-    A connection on a worker that holds two more than the least busy one (``ConnectionSpread``) is
-    ended the same way at its next answer, without waiting for its 25th: four clients spread 2-1-1
+    A connection on a worker that has held two more than the least busy one for a quarter of a
+    second (``ConnectionSpread``) is ended the same way at its next answer, without waiting for its
+    25th: four clients spread 2-1-1
     over three workers made 4,726-5,268 spans/s of large OTLP requests, all four on one worker
     3,188, and a reconnection lands on an idle worker most often (its event loop wakes first)."""
 

@@ -56,24 +56,31 @@ def test_the_server_ends_the_connection_after_its_last_answer(served: Gunicorn) 
     assert answers.lower().count(b"connection: close") == 1
 
 
-def test_a_worker_with_two_connections_more_than_another_is_crowded() -> None:
+def test_a_worker_with_two_connections_more_than_another_for_a_while_is_crowded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("config.gunicorn.time.monotonic", lambda: clock[0])
     spread = ConnectionSpread()
     slots = [spread.assign() for _ in range(3)]
     assert slots == [0, 1, 2]
     spread.own = 0
     spread.report(2)
 
-    assert spread.crowded(2)  # the others hold none
-    spread.own = 1
-    spread.report(1)
-    spread.own = 2
-    spread.report(1)
+    assert not spread.crowded(2)  # the others hold none, but only just: a client may be reconnecting
+    clock[0] += spread.SETTLE_S
+    assert spread.crowded(2)  # still so: end this connection at its answer
+    for own in (1, 2):
+        spread.own = own
+        spread.report(1)
     spread.own = 0
     assert not spread.crowded(2)  # 2-1-1: as even as four connections on three workers go
     spread.release(2)  # a worker that exited counts no more; its slot is given again
     assert not spread.crowded(2)
     assert spread.assign() == 2
-    assert spread.crowded(2)  # the new worker holds none
+    assert not spread.crowded(2)  # the new worker holds none: the wait starts again
+    clock[0] += spread.SETTLE_S
+    assert spread.crowded(2)
 
 
 def test_without_a_slot_nothing_is_crowded() -> None:
