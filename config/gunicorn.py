@@ -40,6 +40,9 @@ MAX_HEADER_BYTES = 64 * 1024
 # Requests answered on one kept-alive connection before it is closed (nginx's keepalive_requests,
 # Envoy's max_requests_per_connection): see GuardedHttpToolsProtocol.
 MAX_REQUESTS_PER_CONNECTION = int(os.environ.get("WEB_MAX_REQUESTS_PER_CONNECTION", "25"))
+# How long a worker holds two connections more than the least busy one before it ends them (seconds):
+# see ConnectionSpread.
+SPREAD_SETTLE_S = float(os.environ.get("WEB_SPREAD_SETTLE_S", "0.25"))
 
 # The proxies whose X-Forwarded-For names the client (TRUSTED_PROXIES, comma-separated addresses
 # and networks; none by default). uvicorn-worker would otherwise pass gunicorn's default,
@@ -63,12 +66,12 @@ class ConnectionSpread:
     the worker has exited (``child_exit``); the worker writes its own count at each connection
     made or lost and reads the others' (a few integers, no lock: each slot has one writer).
     ``crowded``: this worker has held two connections more than the least busy one for
-    ``SETTLE_S`` seconds, so the answer it is about to give should end its connection and let the
-    client reconnect to whichever worker accepts first. Without a slot (a server not started by this
-    gunicorn configuration) nothing is ever crowded."""
+    ``SETTLE_S`` seconds (``WEB_SPREAD_SETTLE_S``, 0.25), so the answer it is about to give should
+    end its connection and let the client reconnect to whichever worker accepts first. Without a
+    slot (a server not started by this gunicorn configuration) nothing is ever crowded."""
 
     SLOTS = 64
-    SETTLE_S = 0.25
+    SETTLE_S = SPREAD_SETTLE_S
 
     def __init__(self) -> None:
         self._memory = mmap.mmap(-1, 4 * self.SLOTS)
