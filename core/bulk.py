@@ -248,11 +248,6 @@ class Write:
     params: tuple[Any, ...]
     parts: tuple[tuple[str, str], ...] = ()
 
-    def sql(self) -> str:
-        if not self.parts:
-            return self.body
-        return "WITH " + ", ".join(f"{name} AS ({sql})" for name, sql in self.parts) + " " + self.body
-
 
 def execute_writes(writes: Sequence[Write | None], *, returning: str = "") -> list[tuple[Any, ...]]:
     """The writes (``None``: nothing to write) in one statement, one round trip: each becomes
@@ -264,7 +259,7 @@ def execute_writes(writes: Sequence[Write | None], *, returning: str = "") -> li
     present = [write for write in writes if write is not None]
     if not present:
         return []
-    sql = present[0].sql() if len(present) == 1 else _together(tuple((write.body, write.parts) for write in present))
+    sql = _together(tuple((write.body, write.parts) for write in present))
     params = [param for write in present for param in write.params]
     if returning:
         sql += f" RETURNING {returning}"
@@ -292,7 +287,7 @@ def _together(writes: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]) -> st
             parts.append(f"w{index} AS ({unique(body)})")
         else:
             last = unique(body)
-    return "WITH " + ", ".join(parts) + " " + last
+    return f"WITH {', '.join(parts)} {last}" if parts else last
 
 
 def insert_write(objs: Sequence[models.Model], *, returning: str = "", then: str = "") -> Write | None:
