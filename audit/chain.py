@@ -32,7 +32,7 @@ from audit import tree
 from audit.actions import Action
 from audit.canonical import GENESIS_HASH, link_hash
 from audit.services import record
-from core.bulk import sql_constant
+from core.bulk import int_array, sql_constant, text_array
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,13 @@ def chain_pending(batch_size: int = 1000, *, wait: bool = True) -> int:
             cursor.execute(
                 "INSERT INTO audit_chain_link (position, event_id, prev_hash, hash)"
                 " SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::varchar[]) ORDER BY 1",
-                [list(column) for column in zip(*links, strict=True)],
+                # Array literals: a list would be dumped element by element in Python (core.bulk).
+                [
+                    int_array(link[0] for link in links),
+                    int_array(link[1] for link in links),
+                    text_array(link[2] for link in links),
+                    text_array(link[3] for link in links),
+                ],
             )
             # The Merkle tree grows with the chain, in the same transaction (audit.tree).
             tree.extend(

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connection
 
 from audit import merkle
-from core.bulk import opaque_array
+from core.bulk import bytea_array, int_array, opaque_array
 
 Key = tuple[int, int]
 
@@ -47,7 +47,7 @@ def fetch(keys: Iterable[Key], cursor: Any | None = None) -> dict[Key, bytes]:
     if cursor is None:
         with connection.cursor() as own:
             return fetch(wanted, own)
-    cursor.execute(_FETCH_SQL, [[level for level, _ in wanted], [idx for _, idx in wanted]])
+    cursor.execute(_FETCH_SQL, [int_array(level for level, _ in wanted), int_array(idx for _, idx in wanted)])
     return {(int(level), int(idx)): bytes(digest) for level, idx, digest in cursor.fetchall()}
 
 
@@ -69,7 +69,12 @@ def extend(cursor: Any, size: int, leaves: Sequence[bytes]) -> None:
     cursor.execute(
         "INSERT INTO audit_tree_node (level, idx, hash)"
         " SELECT * FROM unnest(%s::smallint[], %s::bigint[], %s::bytea[])",
-        [[level for level, _, _ in nodes], [idx for _, idx, _ in nodes], [digest for _, _, digest in nodes]],
+        # Array literals: a list would be dumped element by element in Python (core.bulk).
+        [
+            int_array(level for level, _, _ in nodes),
+            int_array(idx for _, idx, _ in nodes),
+            bytea_array(digest for _, _, digest in nodes),
+        ],
     )
 
 

@@ -151,6 +151,20 @@ def text_array(values: Iterable[str]) -> str:
     return "{" + ",".join('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"' for value in values) + "}"
 
 
+def int_array(values: Iterable[int]) -> str:
+    """``values`` as one array literal for a ``%s::bigint[]`` (or ``smallint[]``) parameter, as
+    ``uuid_array`` does for ids."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def bytea_array(values: Iterable[bytes]) -> str:
+    """``values`` as one array literal for a ``%s::bytea[]`` parameter: each element in bytea's hex
+    form (``\\x…``, its backslash escaped for the array), nothing else to quote. psycopg's text
+    dumper escapes each element with regular expressions, in Python: the audit chainer spent
+    three fifths of its CPU there."""
+    return "{" + ",".join('"\\\\x' + value.hex() + '"' for value in values) + "}"
+
+
 _CONSTANT_TEXT = re.compile(r"[A-Za-z0-9_.:-]*")
 
 

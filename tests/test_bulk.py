@@ -17,10 +17,12 @@ from django.test.utils import CaptureQueriesContext
 from core.bulk import (
     Write,
     _json_default,
+    bytea_array,
     execute_writes,
     fetch,
     insert_rows,
     insert_write,
+    int_array,
     json_text,
     new_instance,
     opaque_array,
@@ -73,6 +75,20 @@ def test_a_uuid_array_literal_reads_in_postgres_as_the_ids() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT %s::uuid[]", [uuid_array(ids)])
         assert cursor.fetchone() == (ids,)
+
+
+@pytest.mark.parametrize("values", [[], [0, -1, 2**62], [7]])
+def test_an_integer_array_literal_reads_in_postgres_as_the_list(values: list[int]) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::bigint[]", [int_array(values)])
+        assert cursor.fetchone() == (values,)
+
+
+@pytest.mark.parametrize("values", [[], [b""], [bytes(range(256)), b"\\x00", b'"{},\\'], [b"\x00" * 32] * 3])
+def test_a_bytea_array_literal_reads_in_postgres_as_the_bytes(values: list[bytes]) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::bytea[]", [bytea_array(values)])
+        assert [bytes(value) for value in cursor.fetchone()[0]] == values
 
 
 def test_an_opaque_array_is_the_array_it_was_given() -> None:
