@@ -204,6 +204,9 @@ class _Prefilter:
     regex: re.Pattern[str]
     needs_digit: bool
     needs: tuple[frozenset[_Needle], ...]
+    # Every match holds HEX_RUN characters of [0-9A-Fa-f] in a row (a UUID's first group): an ASCII
+    # view without such a run cannot match, and needs no regex (``_view``).
+    needs_hex_run: bool = False
 
     @property
     def needs_text(self) -> tuple[frozenset[str], ...]:
@@ -222,7 +225,7 @@ def _prefilter(alternative: str) -> _Prefilter:
     needs = _needs(list(parsed), bool(parsed.state.flags & re.IGNORECASE), _anywhere, _anywhere)
     # A space is in every summary of two words: as a needle it would only cost a hit per word.
     needs = [options for options in needs if not any(needle.text.isspace() for needle in options)]
-    return _Prefilter(re.compile(alternative), _needs_digit(parsed), _without_implied(needs))
+    return _Prefilter(re.compile(alternative), _needs_digit(parsed), _without_implied(needs), _needs_hex_run(parsed))
 
 
 def _without_implied(needs: list[frozenset[_Needle]]) -> tuple[frozenset[_Needle], ...]:
@@ -301,6 +304,49 @@ def _item_needs_digit(op: Any, av: Any) -> bool:
         return all(_needs_digit(branch) for branch in av[1])
     if op is c.ASSERT:  # a positive lookaround: the text has what it asserts
         return _needs_digit(av[1])
+    return False
+
+
+HEX_RUN = 8
+_HEX_CODES = frozenset(map(ord, "0123456789abcdefABCDEF"))
+
+
+def _needs_hex_run(parsed: Any) -> bool:
+    """Whether every match of the parsed pattern holds ``HEX_RUN`` hexadecimal digits in a row: a
+    repetition of at least that many of a set of them (in either case: the view looks for both).
+    Conservative: False whenever unsure."""
+    return any(_item_needs_hex_run(op, av) for op, av in parsed)
+
+
+def _item_needs_hex_run(op: Any, av: Any) -> bool:
+    c = _constants
+    if op in _REPEATS:
+        low, _high, sub = av
+        if low >= HEX_RUN and len(sub) == 1 and _only_hex(*sub[0]):
+            return True
+        return bool(low >= 1 and _needs_hex_run(sub))
+    if op is c.SUBPATTERN:
+        return _needs_hex_run(av[-1])
+    if op is c.ATOMIC_GROUP:
+        return _needs_hex_run(av)
+    if op is c.BRANCH:
+        return all(_needs_hex_run(branch) for branch in av[1])
+    if op is c.ASSERT:
+        return _needs_hex_run(av[1])
+    return False
+
+
+def _only_hex(op: Any, av: Any) -> bool:
+    """Whether the item matches one character, always a hexadecimal digit (in an ASCII text)."""
+    c = _constants
+    if op is c.LITERAL:
+        return av in _HEX_CODES
+    if op is c.IN:
+        return bool(av) and all(
+            (kind is c.LITERAL and value in _HEX_CODES)
+            or (kind is c.RANGE and all(code in _HEX_CODES for code in range(value[0], value[1] + 1)))
+            for kind, value in av
+        )
     return False
 
 
@@ -828,10 +874,11 @@ _NEIGHBOURS = {_ANYWHERE: ("",), _NOT_LETTER: (" ", "\x01"), _NOT_WORD: (" ",)}
 def _build_needle_automata(prefilters: Iterable[_Prefilter]) -> tuple[Any, Any, dict[_Needle, int]]:
     """Two Aho-Corasick automata over every needle of every alternative, one for the needles of
     letters (with their neighbours: "pt" anywhere and "pt" at a word start are two needles), one
-    for the others; each needle its own bit (bit 0 stands for "has a digit", ``_DIGIT_BIT``), and
+    for the others; each needle its own bit (bit 0 stands for "has a digit", ``_DIGIT_BIT``, bit 1 for
+    "has a run of hexadecimal digits", ``_HEX_RUN_BIT``), and
     a key's value the bits of the needles it stands for."""
     needles = sorted({needle for prefilter in prefilters for options in prefilter.needs for needle in options})
-    bits = {needle: 1 << index for index, needle in enumerate(needles, start=1)}
+    bits = {needle: 1 << index for index, needle in enumerate(needles, start=2)}
     words: dict[str, int] = {}
     symbols: dict[str, int] = {}
     for needle, bit in bits.items():
@@ -856,6 +903,10 @@ def _automaton(values: dict[str, int]) -> Any:
 
 
 _DIGIT_BIT = 1
+_HEX_RUN_BIT = 2
+# Each hexadecimal digit as "h", anything else as " ": a view has a hex run when it holds HEX_RUN h's.
+_HEX_SHAPE = bytes(ord("h") if code in _HEX_CODES else ord(" ") for code in range(256))
+_HEX_RUN_TEXT = b"h" * HEX_RUN
 # Built once every pattern is: a rule whose needles they lack fails at import (_requirements).
 _WORD_NEEDLES, _SYMBOL_NEEDLES, _NEEDLE_BITS = _build_needle_automata(p for ps in _PREFILTERS.values() for p in ps)
 
@@ -865,6 +916,8 @@ def _requirements(prefilter: _Prefilter) -> tuple[int, ...]:
     only when each of these sets meets the view's bits (the digit is one more requirement). The
     same test as ``may_match``, on needles with their edges."""
     masks = [_DIGIT_BIT] if prefilter.needs_digit else []
+    if prefilter.needs_hex_run:
+        masks.append(_HEX_RUN_BIT)
     masks += [
         functools.reduce(operator.or_, (_NEEDLE_BITS[needle] for needle in options)) for options in prefilter.needs
     ]
@@ -873,9 +926,9 @@ def _requirements(prefilter: _Prefilter) -> tuple[int, ...]:
 
 class _View(NamedTuple):
     """One normalised view of a summary and what the rules ask of it, found once per view:
-    whether it has a digit, and which needles occur in it, with their edges, and the digit as
-    a bit set (None when the view is not ASCII: case-insensitive matching of other text is more
-    than lower-casing, so its needles say nothing)."""
+    whether it has a digit, and which needles occur in it, with their edges, and the digit and a
+    run of hexadecimal digits as a bit set (None when the view is not ASCII: case-insensitive
+    matching of other text is more than lower-casing, so its needles say nothing)."""
 
     text: str
     has_digit: bool
@@ -892,6 +945,8 @@ def _view(text: str) -> _View:
     symbols = raw.translate(None, _LETTER_BYTES).decode("ascii")
     has_digit = _ANY_DIGIT.search(symbols) is not None
     found = _DIGIT_BIT if has_digit else 0
+    if _HEX_RUN_TEXT in raw.translate(_HEX_SHAPE):
+        found |= _HEX_RUN_BIT
     for _end, bit in _WORD_NEEDLES.iter(f" {raw.translate(_WORD_SHAPE).decode('ascii')} "):
         found |= bit
     if symbols and not symbols.isspace():  # no key has a space

@@ -671,6 +671,40 @@ def test_needles_know_their_word_edges(alternative: str, needs: list[set[tuple[s
     assert sorted(map(sorted, _prefilter_needs(alternative))) == sorted(map(sorted, needs))
 
 
+@pytest.mark.parametrize(
+    ("alternative", "needs_run"),
+    [
+        (r"(?i:\b[0-9a-f]{8}-?[0-9a-f]{4}\b)", True),  # a UUID's first group
+        (r"\b[0-9A-F]{8,}\b", True),
+        (r"(?:x[0-9a-f]{8}|[0-9]{9})", True),  # each branch has its run
+        (r"(?:x[0-9a-f]{8}|[0-9]{3})", False),
+        (r"[0-9a-f]{7}", False),  # too short
+        (r"[0-9a-g]{8}", False),  # "g" is no hexadecimal digit
+        (r"\w{8}", False),
+        (r"(?:[0-9a-f]{8})?x", False),  # optional
+    ],
+)
+def test_a_run_of_hexadecimal_digits_is_required_only_when_every_match_holds_one(
+    alternative: str, needs_run: bool
+) -> None:
+    from reasoning import summary_guard
+
+    assert summary_guard._prefilter(alternative).needs_hex_run is needs_run
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "see deadbeef-cafe-babe-face-decadefacade in the log",  # letters only, either case below
+        "see DEADBEEF-CAFE-BABE-FACE-DECADEFACADE in the log",
+        "the key 9f86d081884c7d65 was used",
+    ],
+)
+def test_an_opaque_id_without_a_needle_is_still_refused(text: str) -> None:
+    assert check_summary(text) == GuardResult(ok=False, rule="opaque_id")
+    assert _verdicts(text)[0] == _verdicts(text)[2]
+
+
 def _alternatives_run(text: str) -> list[tuple[str, int]]:
     """The (rule, alternative) pairs whose needles an ASCII text holds (those whose regex runs)."""
     from reasoning import summary_guard
@@ -694,7 +728,8 @@ def test_needles_inside_words_run_no_regex() -> None:
         "flags items where data is missing in the northern region before proposing a concise answer"
     )
     assert check_summary(text).ok
-    assert _alternatives_run(text) == [("_OPAQUE_ID", 0)]  # the UUID alternative needs no literal
+    # The UUID alternative needs no literal, but eight hexadecimal digits in a row.
+    assert _alternatives_run(text) == []
     with_digit = _alternatives_run("the comparison of 5 items in two reasons")
     assert not [run for run in with_digit if run[0] in {"_TITLED_NAME", "_LABELED_NAME", "_MEDICATION_DOSE"}]
     assert ("_TITLED_NAME", 0) in _alternatives_run("spoke with ms garcia")
