@@ -5,7 +5,8 @@ pathway extraction, the backlog producers). That work must not be lost when the 
 database goes away between the close's commit and the work, so:
 
 1. The close records the debt: one ``CloseWork`` row per receiver the flow owes work, written
-   in the close's own transaction (``owe``). No debt without its close, no close without it.
+   in the close's own transaction, in the statement that writes the close (``owe``). No debt
+   without its close, no close without it.
 2. Right after the commit, the request does the work (``perform_after_close``): the usual case,
    so a pathway exists when the close's answer arrives. Each row is done in one transaction:
    the row is locked (``SKIP LOCKED``: whoever holds it is doing it), the receiver does its
@@ -43,7 +44,7 @@ from django.utils import timezone
 from audit.actions import Action
 from audit.services import job_run, record
 from core import outage
-from core.bulk import fetch
+from core.bulk import Write, fetch, text_array, uuid_array
 from reasoning.models import CloseWork, ReasoningFlow
 from reasoning.signals import CloseReceiver, close_receivers
 
@@ -61,21 +62,20 @@ RUN_BUDGET_S = 50.0
 Outcome = Literal["done", "skipped", "failed", "retry", "busy"]
 
 
-def owe(flows: Sequence[ReasoningFlow], now: datetime) -> list[tuple[str, ReasoningFlow]]:
-    """Record, in the caller's transaction (the close's), the work the closing ``flows`` owe.
-    Returns the (receiver key, flow) pairs owed, for ``perform_after_close``."""
+def owe(flows: Sequence[ReasoningFlow], now: datetime) -> tuple[list[tuple[str, ReasoningFlow]], Write | None]:
+    """The work the closing ``flows`` owe: the (receiver key, flow) pairs, for
+    ``perform_after_close``, and the write that records them (``None`` for none), to be sent with
+    the close's own rows in one statement (``core.bulk.execute_writes``: the close's transaction)."""
     receivers = close_receivers()
     owed = [(key, flow) for key, receiver in receivers.items() for flow in flows if receiver.owes(flow)]
-    if owed:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO reasoning_close_work"
-                " (receiver, flow_id, created_at, next_attempt_at, attempts, last_error)"
-                " SELECT r, f, %s, %s, 0, '' FROM unnest(%s::varchar[], %s::uuid[]) AS t(r, f)"
-                " ON CONFLICT (flow_id, receiver) DO NOTHING",
-                [now, now, [key for key, _ in owed], [flow.pk for _, flow in owed]],
-            )
-    return owed
+    if not owed:
+        return owed, None
+    return owed, Write(
+        "INSERT INTO reasoning_close_work (receiver, flow_id, created_at, next_attempt_at, attempts, last_error)"
+        " SELECT r, f, %s, %s, 0, '' FROM unnest(%s::varchar[], %s::uuid[]) AS t(r, f)"
+        " ON CONFLICT (flow_id, receiver) DO NOTHING",
+        (now, now, text_array(key for key, _ in owed), uuid_array(flow.pk for _, flow in owed)),
+    )
 
 
 def backoff(attempts: int) -> timedelta:

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import OperationalError
+from django.db import OperationalError, connection
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from pytest_django import DjangoCaptureOnCommitCallbacks
 from rest_framework.test import APIClient
@@ -81,6 +82,19 @@ def test_a_qualifying_close_owes_its_extraction_in_the_same_commit(
     assert Pathway.objects.filter(seed_flow_id=uuid.UUID(flow_id)).count() == 1
     assert len(events("reasoning.pathway.extracted")) == 1
     assert owed(flow_id) == []
+
+
+def test_the_debt_is_written_by_the_statement_that_writes_the_close(
+    agent: APIClient, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
+) -> None:
+    flow_id = open_with_step(agent)
+
+    with django_capture_on_commit_callbacks(execute=False), CaptureQueriesContext(connection) as captured:
+        close(agent, flow_id)
+
+    (statement,) = [query["sql"] for query in captured if "reasoning_close_work" in query["sql"]]
+    assert "UPDATE reasoning_flow" in statement and "INSERT INTO audit_event" in statement
+    assert owed(flow_id) == [("pathways.extract", 0, "", False)]
 
 
 def test_a_close_that_qualifies_for_nothing_owes_nothing(
