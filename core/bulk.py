@@ -22,6 +22,7 @@ import json
 import math
 import operator
 import re
+import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -34,7 +35,7 @@ from typing import Any, TypeVar
 import msgspec
 import psycopg
 from django.contrib.postgres.fields import ArrayField
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models.base import ModelState
@@ -277,9 +278,88 @@ def execute_writes(writes: Sequence[Write | None], *, returning: str = "") -> li
     params = [param for write in present for param in write.params]
     if returning:
         sql += f" RETURNING {returning}"
-    with bound_cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall() if returning else []
+    block = _block.current
+    if block is not None:
+        if block.sent:
+            raise RuntimeError("one_statement(): the block's writes were sent already, as one statement")
+        block.sent = block.sending = True
+    try:
+        with bound_cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if returning else []
+    finally:
+        if block is not None:
+            block.sending = False
+
+
+class _Block:
+    """The open ``one_statement()`` block of this thread (Django's connections are per thread)."""
+
+    def __init__(self) -> None:
+        self.sent = False
+        self.sending = False
+        self.after: list[Callable[[], None]] = []
+
+
+class _Blocks(threading.local):
+    current: _Block | None = None
+
+
+_block = _Blocks()
+
+
+@contextmanager
+def one_statement() -> Iterator[None]:
+    """The block's writes as one statement with no transaction around it.
+
+    PostgreSQL runs a statement sent outside a transaction as a transaction of its own: all of it
+    or nothing, its deferred constraints checked at its end, durable when its answer comes. So a
+    change whose rows ``execute_writes`` sends together (with their audit events) needs neither
+    ``BEGIN`` nor ``COMMIT``: two round trips, ~0.12 ms of CPU between the web worker and
+    PostgreSQL. Inside the block: reads, each of which sees what is committed (as at READ COMMITTED
+    in a transaction), then one ``execute_writes``. Anything else is refused before it is sent: a
+    statement that is not a ``SELECT``, a ``SELECT … FOR UPDATE`` (a lock would end with its
+    statement), a second ``execute_writes``. ``after_commit`` callbacks run when the block ends
+    without an error. Not inside a transaction."""
+    if connection.in_atomic_block or not connection.get_autocommit():
+        raise RuntimeError("one_statement() runs outside any transaction")
+    if _block.current is not None:
+        raise RuntimeError("one_statement() blocks do not nest")
+    block = _block.current = _Block()
+    try:
+        with connection.execute_wrapper(_reads_or_the_statement):
+            yield
+    finally:
+        _block.current = None
+    for callback in block.after:
+        callback()
+
+
+def in_one_statement() -> bool:
+    """Whether a ``one_statement()`` block is open: its one statement is the transaction."""
+    return _block.current is not None
+
+
+def after_commit(callback: Callable[[], None]) -> None:
+    """``callback`` once the change is committed: at the end of the transaction
+    (``transaction.on_commit``), or of the ``one_statement()`` block."""
+    block = _block.current
+    if block is None:
+        transaction.on_commit(callback)
+    else:
+        block.after.append(callback)
+
+
+# A read: a SELECT, or a WITH without a data-modifying part; and no row lock.
+_READ = re.compile(r"\s*(?:SELECT|WITH\b(?!.*\b(?:INSERT|UPDATE|DELETE|MERGE)\b))", re.IGNORECASE | re.DOTALL)
+_LOCK = re.compile(r"\bFOR\s+(?:UPDATE|SHARE|NO\s+KEY\s+UPDATE|KEY\s+SHARE)\b", re.IGNORECASE)
+
+
+def _reads_or_the_statement(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+    block = _block.current
+    if block is not None and not block.sending and (not _READ.match(sql) or _LOCK.search(sql)):
+        raise RuntimeError(f"one_statement(): only reads may run before its statement, not {sql[:60]!r}")
+    return execute(sql, params, many, context)
 
 
 @lru_cache(maxsize=256)

@@ -9,6 +9,7 @@ import math
 import uuid
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection, transaction
@@ -17,14 +18,17 @@ from django.test.utils import CaptureQueriesContext
 from core.bulk import (
     Write,
     _json_default,
+    after_commit,
     bytea_array,
     execute_writes,
     fetch,
+    in_one_statement,
     insert_rows,
     insert_write,
     int_array,
     json_text,
     new_instance,
+    one_statement,
     opaque_array,
     sql_constant,
     text_array,
@@ -293,6 +297,56 @@ def test_nothing_to_write_is_no_statement() -> None:
         assert execute_writes([None, insert_write([])]) == []
 
     assert len(captured) == 0
+
+
+# --- one_statement: the writes as one statement, no transaction around it ------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_statement_sends_no_begin_or_commit_and_runs_after_commit_at_its_end() -> None:
+    owner = flow()
+    done: list[int] = []
+
+    with CaptureQueriesContext(connection) as captured, one_statement():
+        assert in_one_statement()
+        ReasoningFlow.objects.filter(pk=owner.pk).exists()  # a read first
+        execute_writes([insert_write([step(owner, 1)])])
+        after_commit(lambda: done.append(ReasoningStep.objects.filter(flow=owner).count()))
+        assert done == []
+
+    assert done == [1]  # after the block, the row committed
+    assert not in_one_statement()
+    # The read, the statement, then the callback's read: no BEGIN, no COMMIT.
+    assert [query["sql"].split()[0] for query in captured] == ["SELECT", "INSERT", "SELECT"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "other",
+    [
+        lambda owner: ReasoningFlow.objects.filter(pk=owner.pk).update(trace_id="u"),
+        lambda owner: connection.cursor().execute("SELECT id FROM reasoning_flow WHERE id = %s FOR UPDATE", [owner.pk]),
+        lambda owner: execute_writes([insert_write([step(owner, 2)])]),  # a second statement
+    ],
+    ids=["a write", "a lock", "a second statement"],
+)
+def test_one_statement_refuses_any_other_write_or_lock_before_sending_it(other: Any) -> None:
+    owner = flow()
+    done: list[bool] = []
+
+    with pytest.raises(RuntimeError, match="one_statement"), one_statement():
+        execute_writes([insert_write([step(owner, 1)])])
+        after_commit(lambda: done.append(True))
+        other(owner)
+
+    owner.refresh_from_db()
+    assert owner.trace_id == "t" and done == []  # the first statement stands alone; no callback ran
+    assert list(ReasoningStep.objects.filter(flow=owner).values_list("position", flat=True)) == [1]
+
+
+def test_one_statement_is_not_for_inside_a_transaction() -> None:
+    with pytest.raises(RuntimeError, match="outside any transaction"), one_statement():
+        pass  # pragma: no cover
 
 
 @pytest.mark.filterwarnings("ignore:DateTimeField .* received a naive datetime")

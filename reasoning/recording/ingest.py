@@ -40,7 +40,17 @@ from django.utils.crypto import salted_hmac
 
 from audit.actions import Action
 from audit.services import Event, events_write, payload_float
-from core.bulk import Write, bound_cursor, execute_writes, fetch, insert_write, json_text, new_instance
+from core.bulk import (
+    Write,
+    after_commit,
+    bound_cursor,
+    execute_writes,
+    fetch,
+    in_one_statement,
+    insert_write,
+    json_text,
+    new_instance,
+)
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
 from patients.models import Patient
 from reasoning import metrics, rollups
@@ -209,8 +219,8 @@ def write_in_transaction(
     ``absent``: flow and step ids the caller found not stored, earlier in this transaction;
     they are not looked up again. (Should a concurrent request store one meanwhile, the
     insert fails and the caller's retry sees it.)"""
-    if not connection.in_atomic_block:
-        raise RuntimeError("write_in_transaction() must run inside a transaction")
+    if not connection.in_atomic_block and not in_one_statement():
+        raise RuntimeError("write_in_transaction() must run inside a transaction (or core.bulk.one_statement())")
     now = timezone.now()
     prepared = [_prepare(item) for item in items]
     named = {item.flow_id for item in items if item.flow_id is not None} - set(absent)
@@ -264,7 +274,7 @@ def write_in_transaction(
             closed=plan.closing,
         )
     if owed:
-        transaction.on_commit(lambda: close_work.perform_after_close(owed))
+        after_commit(lambda: close_work.perform_after_close(owed))
     return results, plans
 
 

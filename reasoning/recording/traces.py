@@ -52,7 +52,7 @@ from django.db import IntegrityError, connection, transaction
 from rest_framework.exceptions import ValidationError
 
 from core.api_views import flat_errors
-from core.bulk import fetch, opaque_array, text_array, uuid_array
+from core.bulk import fetch, one_statement, opaque_array, text_array, uuid_array
 from core.serializers import validated
 from reasoning.models import PendingSpan, ReasoningFlow
 from reasoning.recording import ingest
@@ -229,16 +229,46 @@ class _Stored:
         self.calls.update(other.calls)
 
 
-@transaction.atomic(durable=True)
+_Written = tuple[list[ingest.Result], list[ingest.Plan], int, int, list[SpanProblem]]
+
+
 def _record(
     spans: Sequence[MappedSpan], checked: Mapping[Key, dict[str, Any]], actor: str, opener_only: bool
-) -> tuple[list[ingest.Result], list[ingest.Plan], int, int, list[SpanProblem]]:
+) -> _Written:
+    """Look the spans up, place them and write them.
+
+    The lookup comes first, outside any transaction: a statement sees what is committed at its
+    start, in a transaction at READ COMMITTED or not (should a concurrent request store some of
+    the same spans after it, the write fails and ``record_spans`` tries again). When it finds
+    none of the spans or their parents stored and nothing pending in their traces (a trace's
+    first request, the usual case) and every span finds its place in the request, the rows and
+    their audit events go in one statement with no transaction around it
+    (``core.bulk.one_statement``: no BEGIN and COMMIT round trips). Otherwise the traces'
+    pending spans are locked and everything is written in one transaction."""
     traces = sorted({span.trace_id for span in spans})
     incoming = {(span.trace_id, span.span_id): span for span in spans}
     # Which spans and parents are stored already (flows they opened, steps they became), and
     # whether a span of these traces is pending: one statement when none is, the usual case.
     asked = set(incoming) | {(span.trace_id, span.parent_span_id) for span in spans if span.parent_span_id}
     stored = _stored(asked, pending_of=traces)
+    if not (connection.in_atomic_block or stored.flows or stored.steps or stored.calls or stored.pending_seen):
+        placed = _place(incoming, stored)
+        if not _unplaced(incoming, placed, stored, {}):
+            with one_statement():
+                return _write_placed(placed, stored, incoming, incoming, {}, checked, actor, opener_only)
+    with transaction.atomic(durable=True):
+        return _record_in_transaction(traces, incoming, asked, stored, checked, actor, opener_only)
+
+
+def _record_in_transaction(
+    traces: Sequence[str],
+    incoming: dict[Key, MappedSpan],
+    asked: set[Key],
+    stored: _Stored,
+    checked: Mapping[Key, dict[str, Any]],
+    actor: str,
+    opener_only: bool,
+) -> _Written:
     pending: dict[Key, PendingSpan] = {}
     if stored.pending_seen:  # locked, so that two requests do not both adopt them
         pending = {
@@ -252,6 +282,30 @@ def _record(
         stored.update(_stored(more))
 
     placed = _place(universe, stored)
+    return _write_placed(placed, stored, incoming, universe, pending, checked, actor, opener_only)
+
+
+def _unplaced(
+    incoming: Mapping[Key, MappedSpan], placed: Mapping[Key, _Placed], stored: _Stored, pending: Mapping[Key, Any]
+) -> list[MappedSpan]:
+    """The request's spans that wait for their parent (to be parked)."""
+    return [
+        span
+        for key, span in incoming.items()
+        if not span.opens_flow and key not in placed and key not in stored and key not in pending
+    ]
+
+
+def _write_placed(
+    placed: dict[Key, _Placed],
+    stored: _Stored,
+    incoming: dict[Key, MappedSpan],
+    universe: Mapping[Key, MappedSpan],
+    pending: dict[Key, PendingSpan],
+    checked: Mapping[Key, dict[str, Any]],
+    actor: str,
+    opener_only: bool,
+) -> _Written:
     warnings = _withhold_foreign(placed, stored, incoming, pending, actor)
     foreign = _foreign_replays(incoming, stored, actor, opener_only)
 
@@ -283,11 +337,7 @@ def _record(
     rejected.extend(warnings)
     if released:
         PendingSpan.objects.filter(pk__in=released).delete()
-    to_park = [
-        span
-        for key, span in incoming.items()
-        if not span.opens_flow and key not in placed and key not in stored and key not in pending
-    ]
+    to_park = _unplaced(incoming, placed, stored, pending)
     parked_again = sum(1 for key in incoming if key in pending and key not in placed)
     to_park, refused = _within_pending_limit(to_park, pending, set(released))
     rejected.extend(refused)

@@ -1,0 +1,146 @@
+"""POST /v1/traces without a transaction around a trace's first request: its rows, their audit
+events and the work its closes owe are one statement, which PostgreSQL commits on its own
+(``reasoning.recording.traces._record``, ``core.bulk.one_statement``).
+
+These tests run outside a test transaction (``transaction=True``), as the server does: inside
+one, every request takes the transaction path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from rest_framework.test import APIClient
+
+from audit.models import AuditEvent
+from reasoning.models import PendingSpan, ReasoningFlow, ReasoningStep
+from reasoning.recording import traces
+from reasoning.recording.traces import span_uuid
+from tests import otlp
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+URL = "/v1/traces"
+TRACE = otlp.TRACE_ID
+ROOT, CHILD = otlp.ROOT_SPAN_ID, otlp.CHILD_SPAN_ID
+TOOL = "eee19b7ec3c1b176"
+
+
+def root() -> Any:
+    return otlp.span(
+        "invoke_agent triage",
+        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "triage"},
+    )
+
+
+def chat(span_id: str = CHILD, parent: str = ROOT) -> Any:
+    return otlp.span(
+        "chat gpt-4o",
+        span_id=span_id,
+        parent_span_id=parent,
+        start=otlp.T0 + 10 * otlp.MS,
+        duration_ms=800,
+        attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"},
+    )
+
+
+def tool(span_id: str = TOOL, parent: str = CHILD) -> Any:
+    return otlp.span(
+        "execute_tool lookup",
+        span_id=span_id,
+        parent_span_id=parent,
+        start=otlp.T0 + 900 * otlp.MS,
+        duration_ms=40,
+        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_guideline"},
+    )
+
+
+def send(client: APIClient, *spans: Any, from_lookup: bool = True) -> tuple[ExportTraceServiceResponse, list[str]]:
+    """The answer, and the statements from the span lookup on (before it: the token, the rate limit)."""
+    with CaptureQueriesContext(connection) as captured:
+        response = client.post(URL, otlp.protobuf_body(otlp.request(*spans)), content_type="application/x-protobuf")
+    assert response.status_code == 200, response.content
+    answer = ExportTraceServiceResponse()
+    answer.ParseFromString(response.content)
+    statements = [" ".join(query["sql"].split()) for query in captured]
+    lookup = next(n for n, sql in enumerate(statements) if sql.startswith("SELECT id, NULL::uuid"))
+    return answer, statements[lookup:] if from_lookup else statements
+
+
+def writes(statements: list[str]) -> list[str]:
+    return [sql for sql in statements if not sql.startswith("SELECT")]
+
+
+def test_a_traces_first_request_is_one_statement_without_begin_or_commit(agent: APIClient) -> None:
+    answer, statements = send(agent, root(), chat(), tool())
+
+    assert answer.partial_success.rejected_spans == 0
+    (write,) = writes(statements)  # no BEGIN, no COMMIT: the statement is its own transaction
+    assert 'INSERT INTO "reasoning_flow"' in write and 'INSERT INTO "reasoning_step"' in write
+    assert "INSERT INTO audit_event" in write
+    flow = ReasoningFlow.objects.get(pk=span_uuid(TRACE, ROOT))
+    assert (flow.agent, flow.flow_state, flow.step_count) == ("triage", "completed", 2)
+    assert ReasoningStep.objects.filter(flow=flow).count() == 2
+    actions = list(AuditEvent.objects.filter(action__startswith="reasoning.").values_list("action", flat=True))
+    assert sorted(actions) == [
+        "reasoning.flow.completed",
+        "reasoning.flow.started",
+        "reasoning.pathway.skipped",
+        "reasoning.step.created",
+        "reasoning.step.created",
+    ]
+
+
+def test_spans_stored_already_are_a_replay_in_a_transaction(agent: APIClient) -> None:
+    send(agent, root(), chat(), tool())
+    events = AuditEvent.objects.count()
+
+    answer, statements = send(agent, root(), chat(), tool())
+
+    assert answer.partial_success.rejected_spans == 0
+    assert statements[1] == "BEGIN" and statements[-1] == "COMMIT", statements
+    assert ReasoningStep.objects.filter(flow_id=span_uuid(TRACE, ROOT)).count() == 2
+    assert AuditEvent.objects.count() == events
+
+
+def test_spans_waiting_for_their_parent_are_parked_in_a_transaction(agent: APIClient) -> None:
+    _, statements = send(agent, tool())
+
+    assert "BEGIN" in statements and statements[-1] == "COMMIT"
+    assert PendingSpan.objects.filter(trace_id=TRACE, span_id=TOOL).exists()
+
+    _, statements = send(agent, root(), chat())  # places the parked span: locks it, in a transaction
+
+    assert "BEGIN" in statements
+    assert not PendingSpan.objects.exists()
+    assert ReasoningStep.objects.filter(flow_id=span_uuid(TRACE, ROOT)).count() == 2
+
+
+def test_spans_a_concurrent_request_stored_after_the_lookup_are_a_replay(
+    agent: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    send(agent, root(), chat(), tool())
+    events = AuditEvent.objects.count()
+    # The lookup misses them once, as when another request stores them between the lookup and
+    # the write: the one statement fails whole, and the retry finds them stored.
+    real = traces._stored
+    missed: list[bool] = []
+
+    def lookup(*args: Any, **kwargs: Any) -> Any:
+        if not missed:
+            missed.append(True)
+            return traces._Stored()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(traces, "_stored", lookup)
+
+    answer, statements = send(agent, root(), chat(), tool(), from_lookup=False)
+
+    assert missed and answer.partial_success.rejected_spans == 0
+    assert len([sql for sql in statements if "INSERT INTO audit_event" in sql]) == 1  # the failed one
+    assert ReasoningFlow.objects.count() == 1 and ReasoningStep.objects.count() == 2
+    assert AuditEvent.objects.count() == events
