@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import msgspec
 import psycopg
 from django.contrib.postgres.fields import ArrayField
-from django.db import connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models.base import ModelState
@@ -321,13 +321,14 @@ def one_statement() -> Iterator[None]:
     statement that is not a ``SELECT``, a ``SELECT … FOR UPDATE`` (a lock would end with its
     statement), a second ``execute_writes``. ``after_commit`` callbacks run when the block ends
     without an error. Not inside a transaction."""
-    if connection.in_atomic_block or not connection.get_autocommit():
+    db = connections[DEFAULT_DB_ALIAS]  # the proxy ``connection`` looks it up at every use
+    if db.in_atomic_block or not db.get_autocommit():
         raise RuntimeError("one_statement() runs outside any transaction")
     if _block.current is not None:
         raise RuntimeError("one_statement() blocks do not nest")
     block = _block.current = _Block()
     try:
-        with connection.execute_wrapper(_reads_or_the_statement):
+        with db.execute_wrapper(_reads_or_the_statement):
             yield
     finally:
         _block.current = None
@@ -355,9 +356,15 @@ _READ = re.compile(r"\s*(?:SELECT|WITH\b(?!.*\b(?:INSERT|UPDATE|DELETE|MERGE)\b)
 _LOCK = re.compile(r"\bFOR\s+(?:UPDATE|SHARE|NO\s+KEY\s+UPDATE|KEY\s+SHARE)\b", re.IGNORECASE)
 
 
+@lru_cache(maxsize=512)
+def _is_read(sql: str) -> bool:
+    # Statements are constants of the code (their parameters apart): each text is judged once.
+    return _READ.match(sql) is not None and _LOCK.search(sql) is None
+
+
 def _reads_or_the_statement(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
     block = _block.current
-    if block is not None and not block.sending and (not _READ.match(sql) or _LOCK.search(sql)):
+    if block is not None and not block.sending and not _is_read(sql):
         raise RuntimeError(f"one_statement(): only reads may run before its statement, not {sql[:60]!r}")
     return execute(sql, params, many, context)
 
@@ -395,6 +402,7 @@ def insert_write(objs: Sequence[models.Model], *, returning: str = "", then: str
         return None
     model = type(objs[0])
     sql, fields = _statement(model)
+    db = connections[DEFAULT_DB_ALIAS]  # the fields ask their connection for its operations at every value
     rows: list[dict[str, Any]] = [{} for _ in objs]
     for field, pre_save in fields:
         column = field.column
@@ -411,15 +419,15 @@ def insert_write(objs: Sequence[models.Model], *, returning: str = "", then: str
                 # An aware datetime is its own database value: get_db_prep_save converts strings, and
                 # naive datetimes (with a warning).
                 aware = value is None or (value.__class__ is datetime and value.utcoffset() is not None)
-                row[column] = value if aware else field.get_db_prep_save(value, connection)
+                row[column] = value if aware else field.get_db_prep_save(value, db)
         elif plain := _PLAIN_FIELDS.get(type(field)):
             # What get_db_prep_save would return for these, without its chain of calls.
             for row, value in zip(rows, values, strict=True):
                 plain_value = value is None or value.__class__ is plain
-                row[column] = value if plain_value else field.get_db_prep_save(value, connection)
+                row[column] = value if plain_value else field.get_db_prep_save(value, db)
         else:
             for row, value in zip(rows, values, strict=True):
-                row[column] = field.get_db_prep_save(value, connection)
+                row[column] = field.get_db_prep_save(value, db)
     params = (json_text(rows),)
     if then:
         return Write(then, params, parts=(("inserted", f"{sql} RETURNING {returning}"),))
