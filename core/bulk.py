@@ -41,11 +41,13 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
+# How insert_write turns a field's values into its row's JSON (judged once per field, _statement).
+_AS_IS, _FLOAT, _DATETIME, _PLAIN, _PREPARED = range(5)
+_Column = tuple[str, Callable[[models.Model], Any], int, type | None, models.Field[Any, Any]]
+
 
 @cache
-def _statement(
-    model: type[models.Model],
-) -> tuple[str, tuple[tuple[models.Field[Any, Any], Callable[[models.Model], Any]], ...]]:
+def _statement(model: type[models.Model]) -> tuple[str, tuple[_Column, ...]]:
     fields = tuple(field for field in model._meta.concrete_fields if not field.generated)
     columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
     table = connection.ops.quote_name(model._meta.db_table)
@@ -54,7 +56,19 @@ def _statement(
         f"INSERT INTO {table} ({columns}) SELECT {columns} "  # noqa: S608
         f"FROM json_populate_recordset(NULL::{table}, %s::json)"
     )
-    return sql, tuple((field, _pre_save(field)) for field in fields)
+    return sql, tuple((field.column, _pre_save(field), *_treatment(field), field) for field in fields)
+
+
+def _treatment(field: models.Field[Any, Any]) -> tuple[int, type | None]:
+    if isinstance(field, ArrayField | models.JSONField):
+        return _AS_IS, None
+    if isinstance(field, models.FloatField):
+        return _FLOAT, None
+    if type(field) is models.DateTimeField:
+        return _DATETIME, None
+    if plain := _PLAIN_FIELDS.get(type(field)):
+        return _PLAIN, plain
+    return _PREPARED, None
 
 
 def _pre_save(field: models.Field[Any, Any]) -> Callable[[models.Model], Any]:
@@ -401,30 +415,28 @@ def insert_write(objs: Sequence[models.Model], *, returning: str = "", then: str
     if not objs:
         return None
     model = type(objs[0])
-    sql, fields = _statement(model)
+    sql, columns = _statement(model)
     db = connections[DEFAULT_DB_ALIAS]  # the fields ask their connection for its operations at every value
     rows: list[dict[str, Any]] = [{} for _ in objs]
-    for field, pre_save in fields:
-        column = field.column
+    for column, pre_save, treatment, plain, field in columns:
         values = map(pre_save, objs)
-        if isinstance(field, ArrayField | models.JSONField):
+        if treatment == _AS_IS:
             # The document (or the list) itself: the row's JSON carries it to the column.
             for row, value in zip(rows, values, strict=True):
                 row[column] = value
-        elif isinstance(field, models.FloatField):
+        elif treatment == _PLAIN:
+            # What get_db_prep_save would return for these, without its chain of calls.
             for row, value in zip(rows, values, strict=True):
-                row[column] = _float(value)
-        elif type(field) is models.DateTimeField:
+                row[column] = value if value is None or value.__class__ is plain else field.get_db_prep_save(value, db)
+        elif treatment == _DATETIME:
             for row, value in zip(rows, values, strict=True):
                 # An aware datetime is its own database value: get_db_prep_save converts strings, and
                 # naive datetimes (with a warning).
                 aware = value is None or (value.__class__ is datetime and value.utcoffset() is not None)
                 row[column] = value if aware else field.get_db_prep_save(value, db)
-        elif plain := _PLAIN_FIELDS.get(type(field)):
-            # What get_db_prep_save would return for these, without its chain of calls.
+        elif treatment == _FLOAT:
             for row, value in zip(rows, values, strict=True):
-                plain_value = value is None or value.__class__ is plain
-                row[column] = value if plain_value else field.get_db_prep_save(value, db)
+                row[column] = _float(value)
         else:
             for row, value in zip(rows, values, strict=True):
                 row[column] = field.get_db_prep_save(value, db)
