@@ -276,34 +276,57 @@ _WORD_CHARS = frozenset(code for code in range(128) if re.fullmatch(r"\w", chr(c
 _LETTERS = frozenset(code for code in range(128) if chr(code).isalpha())
 
 
-def _needs_digit(parsed: Any) -> bool:
-    """Whether every match of the parsed pattern contains a character ``\\d`` matches.
-    Conservative: False whenever unsure (then the alternative is always tried)."""
-    return any(_item_needs_digit(op, av) for op, av in parsed)
+_Holds = Callable[[Any, Any], bool]
 
 
-def _item_needs_digit(op: Any, av: Any) -> bool:
+def _every_match(parsed: Any, holds: _Holds) -> bool:
+    """Whether every match of the parsed items contains something ``holds(op, av)`` says an item
+    always matches (through groups, repetitions of at least one, every branch and positive
+    lookarounds: the text has what they assert). Conservative: False whenever unsure (then the
+    alternative is always tried)."""
+    return any(_item_holds(op, av, holds) for op, av in parsed)
+
+
+def _item_holds(op: Any, av: Any, holds: _Holds) -> bool:
+    if holds(op, av):
+        return True
     c = _constants
-    if op is c.LITERAL:
-        return av in _ASCII_DIGITS
-    if op is c.IN:
-        return bool(av) and all(
-            (kind is c.CATEGORY and value is c.CATEGORY_DIGIT)
-            or (kind is c.LITERAL and value in _ASCII_DIGITS)
-            or (kind is c.RANGE and value[0] in _ASCII_DIGITS and value[1] in _ASCII_DIGITS)
-            for kind, value in av
-        )
     if op in _REPEATS:
         low, _high, sub = av
-        return bool(low >= 1 and _needs_digit(sub))
+        return bool(low >= 1 and _every_match(sub, holds))
     if op is c.SUBPATTERN:
-        return _needs_digit(av[-1])
+        return _every_match(av[-1], holds)
     if op is c.ATOMIC_GROUP:
-        return _needs_digit(av)
+        return _every_match(av, holds)
     if op is c.BRANCH:
-        return all(_needs_digit(branch) for branch in av[1])
-    if op is c.ASSERT:  # a positive lookaround: the text has what it asserts
-        return _needs_digit(av[1])
+        return all(_every_match(branch, holds) for branch in av[1])
+    if op is c.ASSERT:
+        return _every_match(av[1], holds)
+    return False
+
+
+def _needs_digit(parsed: Any) -> bool:
+    """Whether every match of the parsed pattern contains a character ``\\d`` matches."""
+    return _every_match(parsed, _is_digit)
+
+
+def _is_digit(op: Any, av: Any) -> bool:
+    return _one_of(op, av, _ASCII_DIGITS, digit_category=True)
+
+
+def _one_of(op: Any, av: Any, codes: frozenset[int], *, digit_category: bool = False) -> bool:
+    """Whether the item matches one character, always one of ``codes`` (or, with
+    ``digit_category``, a ``\\d``), in an ASCII text."""
+    c = _constants
+    if op is c.LITERAL:
+        return av in codes
+    if op is c.IN:
+        return bool(av) and all(
+            (kind is c.CATEGORY and digit_category and value is c.CATEGORY_DIGIT)
+            or (kind is c.LITERAL and value in codes)
+            or (kind is c.RANGE and all(code in codes for code in range(value[0], value[1] + 1)))
+            for kind, value in av
+        )
     return False
 
 
@@ -313,41 +336,18 @@ _HEX_CODES = frozenset(map(ord, "0123456789abcdefABCDEF"))
 
 def _needs_hex_run(parsed: Any) -> bool:
     """Whether every match of the parsed pattern holds ``HEX_RUN`` hexadecimal digits in a row: a
-    repetition of at least that many of a set of them (in either case: the view looks for both).
-    Conservative: False whenever unsure."""
-    return any(_item_needs_hex_run(op, av) for op, av in parsed)
+    repetition of at least that many of a set of them (in either case: the view looks for both)."""
+    return _every_match(parsed, _is_hex_run)
 
 
-def _item_needs_hex_run(op: Any, av: Any) -> bool:
-    c = _constants
-    if op in _REPEATS:
-        low, _high, sub = av
-        if low >= HEX_RUN and len(sub) == 1 and _only_hex(*sub[0]):
-            return True
-        return bool(low >= 1 and _needs_hex_run(sub))
-    if op is c.SUBPATTERN:
-        return _needs_hex_run(av[-1])
-    if op is c.ATOMIC_GROUP:
-        return _needs_hex_run(av)
-    if op is c.BRANCH:
-        return all(_needs_hex_run(branch) for branch in av[1])
-    if op is c.ASSERT:
-        return _needs_hex_run(av[1])
-    return False
-
-
-def _only_hex(op: Any, av: Any) -> bool:
-    """Whether the item matches one character, always a hexadecimal digit (in an ASCII text)."""
-    c = _constants
-    if op is c.LITERAL:
-        return av in _HEX_CODES
-    if op is c.IN:
-        return bool(av) and all(
-            (kind is c.LITERAL and value in _HEX_CODES)
-            or (kind is c.RANGE and all(code in _HEX_CODES for code in range(value[0], value[1] + 1)))
-            for kind, value in av
-        )
-    return False
+def _is_hex_run(op: Any, av: Any) -> bool:
+    if op not in _REPEATS:
+        return False
+    low, _high, sub = av
+    if low < HEX_RUN or len(sub) != 1:
+        return False
+    item_op, item_av = sub[0]
+    return _one_of(item_op, item_av, _HEX_CODES)
 
 
 # The edge level at one end of the items being walked, from what is beyond them (computed on demand).

@@ -104,6 +104,42 @@ def child(name: str = "child", *, span_id: str | bytes = CHILD_SPAN_ID, **kwargs
     return span(name, span_id=span_id, **kwargs)
 
 
+GRANDCHILD_SPAN_ID = "eee19b7ec3c1b176"
+
+
+def chat(
+    span_id: str = CHILD_SPAN_ID, parent: str = ROOT_SPAN_ID, attributes: Mapping[str, object] | None = None
+) -> Span:
+    """A GenAI chat span (a model call) under ``parent``."""
+    return span(
+        "chat gpt-4o",
+        span_id=span_id,
+        parent_span_id=parent,
+        start=T0 + 10 * MS,
+        duration_ms=800,
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "gpt-4o",
+            "gen_ai.response.model": "gpt-4o-2024-08-06",
+            "gen_ai.usage.input_tokens": 812,
+            "gen_ai.usage.output_tokens": 96,
+            **(attributes or {}),
+        },
+    )
+
+
+def tool(span_id: str = GRANDCHILD_SPAN_ID, parent: str = CHILD_SPAN_ID) -> Span:
+    """A GenAI tool span under ``parent``."""
+    return span(
+        "execute_tool lookup",
+        span_id=span_id,
+        parent_span_id=parent,
+        start=T0 + 900 * MS,
+        duration_ms=40,
+        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_guideline"},
+    )
+
+
 def request(
     *spans: Span,
     service_name: str | None = "test-agent",

@@ -24,13 +24,14 @@ from reasoning.jobs import decay_stale_flows
 from reasoning.models import PendingSpan, ReasoningFlow, ReasoningStep
 from reasoning.recording.traces import span_uuid
 from tests import otlp
+from tests.otlp import chat, tool
 
 pytestmark = pytest.mark.django_db
 
 URL = "/v1/traces"
 TRACE = otlp.TRACE_ID
 ROOT, CHILD = otlp.ROOT_SPAN_ID, otlp.CHILD_SPAN_ID
-GRANDCHILD = "eee19b7ec3c1b176"
+GRANDCHILD = otlp.GRANDCHILD_SPAN_ID
 MARKER = "Jane-Example-MRN-7781"
 
 
@@ -67,35 +68,6 @@ def status_of(response: Any) -> Status:
 def agent_root(**kwargs: Any) -> Span:
     attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "triage", "session.id": "s-1"}
     return otlp.span("invoke_agent triage", attributes={**attributes, **kwargs.pop("attributes", {})}, **kwargs)
-
-
-def chat(span_id: str = CHILD, parent: str = ROOT, attributes: Mapping[str, object] | None = None) -> Span:
-    return otlp.span(
-        "chat gpt-4o",
-        span_id=span_id,
-        parent_span_id=parent,
-        start=otlp.T0 + 10 * otlp.MS,
-        duration_ms=800,
-        attributes={
-            "gen_ai.operation.name": "chat",
-            "gen_ai.request.model": "gpt-4o",
-            "gen_ai.response.model": "gpt-4o-2024-08-06",
-            "gen_ai.usage.input_tokens": 812,
-            "gen_ai.usage.output_tokens": 96,
-            **(attributes or {}),
-        },
-    )
-
-
-def tool(span_id: str = GRANDCHILD, parent: str = CHILD) -> Span:
-    return otlp.span(
-        "execute_tool lookup",
-        span_id=span_id,
-        parent_span_id=parent,
-        start=otlp.T0 + 900 * otlp.MS,
-        duration_ms=40,
-        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_guideline"},
-    )
 
 
 def steps_in_order(flow: ReasoningFlow) -> list[ReasoningStep]:

@@ -21,41 +21,20 @@ from reasoning.models import PendingSpan, ReasoningFlow, ReasoningStep
 from reasoning.recording import traces
 from reasoning.recording.traces import span_uuid
 from tests import otlp
+from tests.otlp import chat, tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 URL = "/v1/traces"
 TRACE = otlp.TRACE_ID
 ROOT, CHILD = otlp.ROOT_SPAN_ID, otlp.CHILD_SPAN_ID
-TOOL = "eee19b7ec3c1b176"
+TOOL = otlp.GRANDCHILD_SPAN_ID
 
 
 def root() -> Any:
     return otlp.span(
         "invoke_agent triage",
         attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "triage"},
-    )
-
-
-def chat(span_id: str = CHILD, parent: str = ROOT) -> Any:
-    return otlp.span(
-        "chat gpt-4o",
-        span_id=span_id,
-        parent_span_id=parent,
-        start=otlp.T0 + 10 * otlp.MS,
-        duration_ms=800,
-        attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"},
-    )
-
-
-def tool(span_id: str = TOOL, parent: str = CHILD) -> Any:
-    return otlp.span(
-        "execute_tool lookup",
-        span_id=span_id,
-        parent_span_id=parent,
-        start=otlp.T0 + 900 * otlp.MS,
-        duration_ms=40,
-        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_guideline"},
     )
 
 
