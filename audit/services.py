@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from django.db import connection, models, transaction
+from django.db import models, transaction
 
 from audit.actions import Action
 from audit.canonical import canonical_bytes
-from core.bulk import Write, execute_writes, in_one_statement, json_text
+from core.bulk import Write, execute_writes, in_transaction, json_text
 
 Target: TypeAlias = models.Model | tuple[str, object] | None
 
@@ -83,7 +83,7 @@ def events_write(events: Sequence[Event]) -> Write | None:
     """The statement that writes ``events`` (checked as ``record_many`` checks them), to be sent
     with the change it records in one statement (``core.bulk.execute_writes``, in the same
     transaction); ``None`` for none."""
-    if not connection.in_atomic_block and not in_one_statement():
+    if not in_transaction():
         raise RuntimeError("audit.record() must run inside the transaction of the change it records")
     if not events:
         return None

@@ -10,6 +10,10 @@ an array per column in Python). Values are prepared by the model fields
 (``get_db_prep_save``: encryption of encrypted fields included), so what is stored is what
 ``save()`` would store.
 
+``execute_writes`` sends several such writes (and the audit events that record them) as one
+statement; ``one_statement`` runs a change that is that one statement without ``BEGIN`` and
+``COMMIT`` around it (PostgreSQL makes a lone statement a transaction of its own).
+
 ``fetch`` is the read side for the write path's hot lookups (rows by primary key, locked
 or not): a statement built once per model, rows turned into instances as the ORM turns
 them (each field's ``from_db_value``: decryption included). Compiling the equivalent
@@ -353,6 +357,12 @@ def one_statement() -> Iterator[None]:
 def in_one_statement() -> bool:
     """Whether a ``one_statement()`` block is open: its one statement is the transaction."""
     return _block.current is not None
+
+
+def in_transaction() -> bool:
+    """Whether the writes made here commit together, with the audit events that record them: in a
+    transaction (an atomic block), or as the one statement of a ``one_statement()`` block."""
+    return connection.in_atomic_block or _block.current is not None
 
 
 def after_commit(callback: Callable[[], None]) -> None:

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import msgspec
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -46,7 +46,7 @@ from core.bulk import (
     bound_cursor,
     execute_writes,
     fetch,
-    in_one_statement,
+    in_transaction,
     insert_write,
     json_text,
     new_instance,
@@ -219,7 +219,7 @@ def write_in_transaction(
     ``absent``: flow and step ids the caller found not stored, earlier in this transaction;
     they are not looked up again. (Should a concurrent request store one meanwhile, the
     insert fails and the caller's retry sees it.)"""
-    if not connection.in_atomic_block and not in_one_statement():
+    if not in_transaction():
         raise RuntimeError("write_in_transaction() must run inside a transaction (or core.bulk.one_statement())")
     now = timezone.now()
     prepared = [_prepare(item) for item in items]
