@@ -220,7 +220,7 @@ MIDDLEWARE = [
     "core.replica.ReplicaReadsMiddleware",
     # Turns a locked-out login into the lockout page (429); django-axes asks to wrap the views.
     "axes.middleware.AxesMiddleware",
-    # Innermost: answers the three hot write routes (open, one step, close) without URL
+    # Innermost: answers the hot write routes (open, one step, close, OTLP traces) without URL
     # resolution and DRF's request cycle, calling what their views call (HOT_WRITES=off: no).
     "reasoning.recording.hot_writes.HotWritesMiddleware",
 ]

@@ -1,17 +1,19 @@
-"""The three hot write routes, answered without URL resolution and DRF's request cycle.
+"""The hot write routes, answered without URL resolution and DRF's request cycle.
 
 An agent that records one request per step sends, per flow, an open, one request per step and
-a close. These three routes carry almost every request the write path sees, and DRF's
-per-request machinery (its ``Request`` wrapper, negotiation, parser and renderer selection,
-authentication, permission and throttle classes, ``finalize_response``) costs more CPU than
-validating and storing the step. ``HotWritesMiddleware`` (the innermost middleware, so every
-other middleware still runs: security headers, CSP, host checks, the replica pin cookie,
-request tracing, Django's request logging) answers them itself:
+a close; an OpenTelemetry exporter sends ``POST /v1/traces``. These routes carry almost every
+request the write path sees, and DRF's per-request machinery (its ``Request`` wrapper,
+negotiation, parser and renderer selection, authentication, permission and throttle classes,
+``finalize_response``) costs more CPU than validating and storing a step. ``HotWritesMiddleware``
+(the innermost middleware, so every other middleware still runs: security headers, CSP, host
+checks, the replica pin cookie, request tracing, Django's request logging) answers them itself:
 
 * ``POST /api/reasoning/flows`` (open), ``POST /api/reasoning/flows/<id>/steps`` (one step),
   ``PATCH /api/reasoning/flows/<id>`` (close);
+* ``POST /v1/traces`` (OTLP/HTTP, protobuf or JSON: ``reasoning.recording.routes.export_spans``,
+  what ``OtlpTracesView`` runs; a refusal as ``google.rpc.Status``, as the view answers it);
 * only for a request DRF would take the same way: no query string, ``Content-Type:
-  application/json`` (UTF-8), an ``Accept`` that JSON satisfies, a body within
+  application/json`` (UTF-8) for the JSON routes, an ``Accept`` that JSON satisfies, a body within
   ``DATA_UPLOAD_MAX_MEMORY_SIZE``, and a Bearer token that authenticates and holds
   ``reasoning.write``.
 
@@ -46,7 +48,7 @@ from core.api_views import ApiView
 from reasoning.access import WriteRateThrottle
 from reasoning.auth import TokenPrincipal, authenticate_bearer, only_own_flows
 from reasoning.models import ApiToken
-from reasoning.recording import flow_routes
+from reasoning.recording import flow_routes, routes
 
 _FLOW = "/api/reasoning/flows/"
 _STEPS = "/steps"
@@ -101,6 +103,10 @@ _ALLOW_STEPS = _allow(flow_routes.StepCollectionView)
 _ALLOW_DETAIL = _allow(flow_routes.FlowDetailView)
 
 
+_OTLP_PATH = "/v1/traces"
+_ALLOW_OTLP = _allow(routes.OtlpTracesView)
+
+
 def _accepts_json(accept: str) -> bool:
     return all(part.strip().lower() in _ACCEPTED for part in accept.split(","))
 
@@ -110,14 +116,20 @@ class HotWritesMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
-        found = route(request.method or "", request.path_info) if settings.HOT_WRITES else None
-        if found is None:
+        if not settings.HOT_WRITES:
+            return self.get_response(request)
+        method, path = request.method or "", request.path_info
+        otlp = method == "POST" and path == _OTLP_PATH
+        found = None if otlp else route(method, path)
+        if not otlp and found is None:
             return self.get_response(request)
         meta = request.META
+        content_type = meta.get("CONTENT_TYPE", "")
         if (
             meta.get("QUERY_STRING")
             or not str(meta.get("CONTENT_LENGTH", "")).isdigit()  # DRF reads a body by its length
-            or meta.get("CONTENT_TYPE", "").lower() not in _JSON_TYPES
+            # The OTLP view decodes any type itself (415 for another); DRF parses the others' bodies.
+            or (not otlp and content_type.lower() not in _JSON_TYPES)
             or not _accepts_json(meta.get("HTTP_ACCEPT", ""))
         ):
             return self.get_response(request)
@@ -131,8 +143,30 @@ class HotWritesMiddleware:
             body = request.body
         except RequestDataTooBig:
             return self.get_response(request)
-        handler, allow = found
+        if otlp:
+            return self._answer_otlp(request, principal, body, content_type)
+        handler, allow = found  # type: ignore[misc]
         return self._answer(request, handler, allow, principal, body)
+
+    @staticmethod
+    def _answer_otlp(request: HttpRequest, principal: TokenPrincipal, body: bytes, content_type: str) -> HttpResponse:
+        """``POST /v1/traces`` as ``routes.OtlpTracesView`` answers it: DRF's refusals (429 here) as
+        ``google.rpc.Status``, the ``Allow`` header on every other answer."""
+        try:
+            _throttle(request, principal)
+            response = routes.export_spans(
+                body, content_type, actor=principal.actor, opener_only=only_own_flows(principal)
+            )
+        except Exception as exc:
+            refusal = exception_handler(exc, {})
+            if refusal is None:
+                raise  # as from the view: Django's handler500 answers it and logs it
+            answer = routes.otlp_refusal(refusal, content_type)
+            if getattr(refusal, "_has_been_logged", False):
+                answer._has_been_logged = True  # type: ignore[attr-defined]
+            return answer
+        response["Allow"] = _ALLOW_OTLP
+        return response
 
     @staticmethod
     def _answer(
@@ -140,9 +174,7 @@ class HotWritesMiddleware:
     ) -> HttpResponse:
         refusal = None
         try:
-            throttle = WriteRateThrottle()
-            if not throttle.allow_request(_Caller(request.method or "", principal), None):  # type: ignore[arg-type]
-                raise exceptions.Throttled(throttle.wait())
+            _throttle(request, principal)
             # An empty body is no data (DRF's reading of Content-Length: 0), not a parse error.
             data = _PARSER.parse(io.BytesIO(body), "application/json", {}) if body else {}
             payload, status = handler(data, actor=principal.actor, opener_only=only_own_flows(principal))
@@ -161,3 +193,10 @@ class HotWritesMiddleware:
                 response._has_been_logged = True  # type: ignore[attr-defined]
         response["Allow"] = allow
         return response
+
+
+def _throttle(request: HttpRequest, principal: TokenPrincipal) -> None:
+    """``WriteRateThrottle`` as DRF applies it: ``Throttled`` (429) past the token's write rate."""
+    throttle = WriteRateThrottle()
+    if not throttle.allow_request(_Caller(request.method or "", principal), None):  # type: ignore[arg-type]
+        raise exceptions.Throttled(throttle.wait())

@@ -238,8 +238,8 @@ def _listed(problems: list[otlp.SpanProblem]) -> str:
     return f"{shown}; and {more} more" if more > 0 else shown
 
 
-def _otlp_encoding(request: Request) -> str:
-    media_type = (request.content_type or "").split(";", 1)[0].strip().lower()
+def _otlp_encoding(content_type: str) -> str:
+    media_type = content_type.split(";", 1)[0].strip().lower()
     return _OTLP_MEDIA_TYPES.get(media_type, "json")
 
 
@@ -364,55 +364,71 @@ class OtlpTracesView(ApiView):
         ],
     )
     def post(self, request: Request) -> HttpResponse:
-        encoding = _otlp_encoding(request)
-        body = request._request.body
-        try:
-            decoded = otlp.decode_request(body, request.content_type or "")
-        except otlp.UnsupportedContentType as exc:
-            return _otlp_answer(Status(code=3, message=str(exc)), encoding, status.HTTP_415_UNSUPPORTED_MEDIA_TYPE)
-        except otlp.OtlpBodyError as exc:
-            return _otlp_answer(Status(code=3, message=str(exc)), encoding, status.HTTP_400_BAD_REQUEST)
-        if (count := otlp.span_count(decoded)) > otlp.MAX_SPANS_PER_REQUEST:
-            message = (
-                f"resource_spans: {count} spans in one request; at most {otlp.MAX_SPANS_PER_REQUEST} are accepted "
-                "per request (send smaller batches: OTEL_BSP_MAX_EXPORT_BATCH_SIZE, 512 by default)"
-            )
-            return _otlp_answer(Status(code=3, message=message), encoding, status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
-        spans, problems = otlp.map_request(decoded, message_content=settings.OTLP_MESSAGE_CONTENT)
-        outcome = traces.record_spans(spans, actor=actor_for(request), opener_only=changes_only_own_flows(request))
-        everything = [*problems, *outcome.rejected]
-        rejected = [problem for problem in everything if not problem.stored]
-        # Warnings: a value refused from a span that was stored (a token count out of range), another
-        # writer's pending span left out of a flow of this caller's.
-        refused = [problem for problem in everything if problem.stored]
-        answer = ExportTraceServiceResponse()
-        messages = []
-        if rejected:
-            noun = "span" if len(rejected) == 1 else "spans"
-            messages.append(f"{len(rejected)} {noun} rejected: {_listed(rejected)}")
-            answer.partial_success.rejected_spans = len(rejected)
-        if refused:
-            noun = "warning" if len(refused) == 1 else "warnings"
-            messages.append(f"{len(refused)} {noun}: {_listed(refused)}")
-        if messages:
-            answer.partial_success.error_message = "; ".join(messages)
-        return _otlp_answer(answer, encoding, status.HTTP_200_OK)
+        return export_spans(
+            request._request.body,
+            request.content_type or "",
+            actor=actor_for(request),
+            opener_only=changes_only_own_flows(request),
+        )
 
     def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(response, Response):
-            # An error DRF produced (401, 403, 405, ...): the same status, as a google.rpc.Status.
-            data = response.data if isinstance(response.data, dict) else {}
-            message = str(data["detail"]) if "detail" in data else _described(data)
-            answer = _otlp_answer(
-                Status(code=_RPC_CODES.get(response.status_code, 2), message=message),
-                _otlp_encoding(request),
-                response.status_code,
-            )
-            for header in ("WWW-Authenticate", "Retry-After", "Allow"):
-                if header in response:
-                    answer[header] = response[header]
-            return answer
+            return otlp_refusal(response, request.content_type or "")
         return super().finalize_response(request, response, *args, **kwargs)
+
+
+def export_spans(body: bytes, content_type: str, *, actor: str, opener_only: bool) -> HttpResponse:
+    """``POST /v1/traces``'s answer to a caller that may write: the body decoded, mapped and
+    recorded; an ``ExportTraceServiceResponse`` (or a ``google.rpc.Status`` for a body that is not
+    one), in the request's encoding. The view's, and the hot path's (``reasoning.recording.hot_writes``)."""
+    encoding = _otlp_encoding(content_type)
+    try:
+        decoded = otlp.decode_request(body, content_type)
+    except otlp.UnsupportedContentType as exc:
+        return _otlp_answer(Status(code=3, message=str(exc)), encoding, status.HTTP_415_UNSUPPORTED_MEDIA_TYPE)
+    except otlp.OtlpBodyError as exc:
+        return _otlp_answer(Status(code=3, message=str(exc)), encoding, status.HTTP_400_BAD_REQUEST)
+    if (count := otlp.span_count(decoded)) > otlp.MAX_SPANS_PER_REQUEST:
+        message = (
+            f"resource_spans: {count} spans in one request; at most {otlp.MAX_SPANS_PER_REQUEST} are accepted "
+            "per request (send smaller batches: OTEL_BSP_MAX_EXPORT_BATCH_SIZE, 512 by default)"
+        )
+        return _otlp_answer(Status(code=3, message=message), encoding, status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    spans, problems = otlp.map_request(decoded, message_content=settings.OTLP_MESSAGE_CONTENT)
+    outcome = traces.record_spans(spans, actor=actor, opener_only=opener_only)
+    everything = [*problems, *outcome.rejected]
+    rejected = [problem for problem in everything if not problem.stored]
+    # Warnings: a value refused from a span that was stored (a token count out of range), another
+    # writer's pending span left out of a flow of this caller's.
+    refused = [problem for problem in everything if problem.stored]
+    answer = ExportTraceServiceResponse()
+    messages = []
+    if rejected:
+        noun = "span" if len(rejected) == 1 else "spans"
+        messages.append(f"{len(rejected)} {noun} rejected: {_listed(rejected)}")
+        answer.partial_success.rejected_spans = len(rejected)
+    if refused:
+        noun = "warning" if len(refused) == 1 else "warnings"
+        messages.append(f"{len(refused)} {noun}: {_listed(refused)}")
+    if messages:
+        answer.partial_success.error_message = "; ".join(messages)
+    return _otlp_answer(answer, encoding, status.HTTP_200_OK)
+
+
+def otlp_refusal(response: Response, content_type: str) -> HttpResponse:
+    """An error DRF produced (401, 403, 405, 429, ...) as OTLP answers it: the same status and
+    headers, the message as a ``google.rpc.Status`` in the request's encoding."""
+    data = response.data if isinstance(response.data, dict) else {}
+    message = str(data["detail"]) if "detail" in data else _described(data)
+    answer = _otlp_answer(
+        Status(code=_RPC_CODES.get(response.status_code, 2), message=message),
+        _otlp_encoding(content_type),
+        response.status_code,
+    )
+    for header in ("WWW-Authenticate", "Retry-After", "Allow"):
+        if header in response:
+            answer[header] = response[header]
+    return answer
 
 
 def _described(errors: Any) -> str:

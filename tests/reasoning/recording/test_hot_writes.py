@@ -1,5 +1,5 @@
-"""The hot write routes (open, one step, close) answered by ``reasoning.recording.hot_writes`` give the
-same answers, headers and stored rows as their DRF views (``HOT_WRITES=off``), and leave every
+"""The hot write routes (open, one step, close, OTLP traces) answered by ``reasoning.recording.hot_writes``
+give the same answers, headers and stored rows as their DRF views (``HOT_WRITES=off``), and leave every
 request they do not take to those views.
 
 Every other test of these routes runs through the hot path too (it is on by default); these
@@ -19,7 +19,8 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from core.throttling import Rate
 from reasoning.models import ReasoningFlow, ReasoningStep
-from reasoning.recording import flow_routes
+from reasoning.recording import flow_routes, routes
+from tests import otlp
 from tests.factories import FLOWS
 
 pytestmark = pytest.mark.django_db
@@ -44,7 +45,12 @@ CLOSE = {"flow_state": "completed", "outcome_type": "recommendation_delivered", 
 def views_called(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The DRF views of the hot routes that handled a request (the hot path runs none of them)."""
     called: list[str] = []
-    for view in (flow_routes.FlowCollectionView, flow_routes.StepCollectionView, flow_routes.FlowDetailView):
+    for view in (
+        flow_routes.FlowCollectionView,
+        flow_routes.StepCollectionView,
+        flow_routes.FlowDetailView,
+        routes.OtlpTracesView,
+    ):
         original = view.dispatch
 
         def spy(self: Any, *args: Any, _original: Any = original, _name: str = view.__name__, **kwargs: Any) -> Any:
@@ -266,3 +272,110 @@ def test_an_empty_body_names_the_required_fields_the_same_both_ways(
     hot = comparable(both.send(method, url, b"", hot=True))
     assert hot[0] == 400
     assert hot == comparable(both.send(method, url, b"", hot=False))
+
+
+# --- POST /v1/traces -----------------------------------------------------------------------------
+
+OTLP_URL = "/v1/traces"
+OTLP_TYPES = {"protobuf": "application/x-protobuf", "json": "application/json"}
+
+
+def trace(trace_id: str) -> Any:
+    """An agent turn: the root span (a flow), a chat span and a tool span under it (its steps)."""
+    return otlp.request(
+        otlp.span("invoke_agent triage", trace_id=trace_id, attributes={"gen_ai.operation.name": "invoke_agent"}),
+        otlp.chat(),
+        otlp.tool(),
+    )
+
+
+def otlp_body(message: Any, encoding: str) -> bytes:
+    return otlp.protobuf_body(message) if encoding == "protobuf" else otlp.json_body(message)
+
+
+def otlp_comparable(response: Any) -> tuple[int, bytes, dict[str, str]]:
+    return response.status_code, response.content, {k: v for k, v in response.items() if k not in _VOLATILE}
+
+
+@pytest.mark.parametrize("encoding", ["protobuf", "json"])
+def test_a_trace_answers_and_stores_the_same_both_ways(both: Both, views_called: list[str], encoding: str) -> None:
+    answers, flows = {}, {}
+    for hot, trace_id in ((True, "1" * 32), (False, "2" * 32)):
+        message = trace(trace_id)
+        for item in message.resource_spans[0].scope_spans[0].spans:
+            item.trace_id = bytes.fromhex(trace_id)
+        sent = both.send("post", OTLP_URL, otlp_body(message, encoding), hot=hot, content_type=OTLP_TYPES[encoding])
+        replay = both.send("post", OTLP_URL, otlp_body(message, encoding), hot=hot, content_type=OTLP_TYPES[encoding])
+        answers[hot] = [otlp_comparable(sent), otlp_comparable(replay)]
+        flows[hot] = ReasoningFlow.objects.get(trace_id=trace_id)
+    assert answers[True][0][0] == 200
+    assert answers[True][0][2]["Allow"] == "POST, OPTIONS"
+    assert answers[True] == answers[False]
+    assert views_called == ["OtlpTracesView"] * 2  # only the DRF round's two requests
+
+    def stored(flow: ReasoningFlow) -> dict[str, Any]:
+        flow.refresh_from_db()
+        steps = ReasoningStep.objects.filter(flow=flow).order_by("position")
+        events = AuditEvent.objects.filter(target_id__in=[str(flow.pk), *(str(s.pk) for s in steps)]).order_by("id")
+        return {
+            "flow": (flow.flow_state, flow.step_count, flow.agent, flow.trigger_type, flow.patient_safe_summary),
+            "steps": [(s.position, s.kind, s.agent, s.summary_text, s.model, s.input_tokens) for s in steps],
+            "events": [e.action for e in events],
+        }
+
+    hot_rows = stored(flows[True])
+    assert hot_rows == stored(flows[False])
+    assert hot_rows["flow"][:2] == ("completed", 2)
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status"),
+    [
+        (b"\x0a\x03abc", "application/x-protobuf", 400),
+        (b'{"resourceSpans": 7}', "application/json", 400),
+        (b"<traces/>", "application/xml", 415),
+    ],
+)
+def test_an_otlp_refusal_is_the_same_both_ways(both: Both, body: bytes, content_type: str, status: int) -> None:
+    hot = otlp_comparable(both.send("post", OTLP_URL, body, hot=True, content_type=content_type))
+    drf = otlp_comparable(both.send("post", OTLP_URL, body, hot=False, content_type=content_type))
+    assert hot[0] == status, hot
+    assert hot == drf
+    assert ReasoningFlow.objects.count() == 0
+
+
+def test_past_the_write_limit_otlp_answers_429_the_same_both_ways(both: Both, settings: Settings) -> None:
+    settings.API_WRITE_RATE_LIMIT = Rate(1, 3600)
+    body = otlp.protobuf_body(trace(otlp.TRACE_ID))
+    first = both.send("post", OTLP_URL, body, hot=True, content_type="application/x-protobuf")
+    assert first.status_code == 200
+    hot = both.send("post", OTLP_URL, body, hot=True, content_type="application/x-protobuf")
+    drf = both.send("post", OTLP_URL, body, hot=False, content_type="application/x-protobuf")
+    assert hot.status_code == 429
+    assert otlp_comparable(hot) == otlp_comparable(drf)
+    assert hot["Retry-After"] == drf["Retry-After"]
+    assert b"Request was throttled" in hot.content
+
+
+@pytest.mark.parametrize(
+    ("case", "status"),
+    [("no token", 401), ("read scope", 403), ("query string", 400), ("wants html", 406)],
+)
+def test_what_the_hot_path_does_not_take_of_otlp_goes_to_the_view(
+    case: str,
+    status: int,
+    make_token: Callable[..., str],
+    client_for: Callable[[str | None], APIClient],
+    views_called: list[str],
+) -> None:
+    client = client_for(
+        None if case == "no token" else make_token("reasoning.read" if case == "read scope" else "reasoning.write")
+    )
+    path = OTLP_URL + ("?partial=1" if case == "query string" else "")
+    extra: dict[str, Any] = {"HTTP_ACCEPT": "text/html"} if case == "wants html" else {}
+    if case == "no length":
+        extra["CONTENT_LENGTH"] = ""  # a chunked body, read whole by core.middleware
+    answer = client.post(path, otlp.protobuf_body(trace(otlp.TRACE_ID)), content_type="application/x-protobuf", **extra)
+    assert answer.status_code == status, answer.content
+    assert views_called == ["OtlpTracesView"]
+    assert answer["Content-Type"] == "application/x-protobuf"
