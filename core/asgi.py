@@ -8,9 +8,10 @@ import functools
 import io
 import itertools
 import json
+import queue
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 
@@ -53,11 +54,13 @@ class WsgiInThreads:
     iterated in the same thread that called the application, each chunk sent through the loop
     and waited for (the transport's flow control paces the thread), so a generator's database
     cursor never changes threads.
+
+    The hand-off is ``ThreadHandOff``'s, not ``loop.run_in_executor``'s.
     """
 
     def __init__(self, app: Callable[..., Iterable[bytes]], threads: int) -> None:
         self.app = app
-        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wsgi")
+        self.threads = ThreadHandOff(threads, name="wsgi")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # the server runs no lifespan; no websockets here
@@ -75,7 +78,7 @@ class WsgiInThreads:
         environ = wsgi_environ(scope, b"".join(chunks))
         loop = asyncio.get_running_loop()
         call = functools.partial(contextvars.copy_context().run, self._call, environ, send, loop)
-        answer = await loop.run_in_executor(self.executor, call)
+        answer = await self.threads.run(loop, call)
         if answer is not None:  # in memory: the thread has finished with it
             status, headers, body = answer
             await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -120,6 +123,64 @@ class WsgiInThreads:
 
 
 _SENT = object()
+
+
+class ThreadHandOff:
+    """At most ``threads`` threads that run calls for an event loop: ``run`` queues a call and
+    returns the loop's future of its result.
+
+    What ``loop.run_in_executor`` does, for less: there, a call makes a
+    ``concurrent.futures.Future`` (with its lock and condition), an asyncio future chained to it
+    and their callbacks both ways; here, one asyncio future, set from the thread by one
+    ``call_soon_threadsafe``. Threads start as calls find none idle, up to ``threads``, and run
+    until the process ends (daemons: the server has finished its requests before it exits)."""
+
+    def __init__(self, threads: int, *, name: str) -> None:
+        self._limit = threads
+        self._name = name
+        self._calls: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any]]] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._started = 0
+        self._idle = 0
+
+    def run(self, loop: asyncio.AbstractEventLoop, call: Callable[[], Any]) -> asyncio.Future[Any]:
+        future = loop.create_future()
+        self._calls.put((loop, future, call))
+        if self._started < self._limit:
+            with self._lock:
+                start = self._idle < self._calls.qsize() and self._started < self._limit
+                if start:
+                    self._started += 1
+            if start:
+                threading.Thread(target=self._work, name=f"{self._name}_{self._started}", daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        lock = self._lock
+        while True:
+            with lock:
+                self._idle += 1
+            loop, future, call = self._calls.get()
+            with lock:
+                self._idle -= 1
+            try:
+                result = call()
+            except BaseException as exc:  # the awaiting task's, as from an executor
+                loop.call_soon_threadsafe(_settle, future, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, future, result, None)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """On the loop: the call's outcome to its future, unless the awaiting task gave up on it."""
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 def _encoded(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

@@ -19,7 +19,7 @@ import uvicorn
 from django.conf import settings
 from django.test import Client
 
-from core.asgi import WsgiInThreads
+from core.asgi import ThreadHandOff, WsgiInThreads
 from tests.factories import make_flow
 from tests.servers import Gunicorn, free_port
 
@@ -196,3 +196,60 @@ def test_the_served_evaluation_export_streams_its_snapshot_from_the_database(ope
             assert answer.status == 200, answer.body
             assert answer.headers["Transfer-Encoding"] == "chunked"
             assert {json.loads(line)["flow_id"] for line in answer.body.splitlines()} == flows
+
+
+# --- The hand-off ----------------------------------------------------------------------------
+
+
+def test_the_hand_off_runs_calls_in_at_most_its_threads_and_gives_back_results_and_errors() -> None:
+    hand_off = ThreadHandOff(3, name="test-hand-off")
+    running: list[str] = []
+    most = [0]
+    guard = threading.Lock()
+
+    def call(n: int) -> int:
+        with guard:
+            running.append(threading.current_thread().name)
+            most[0] = max(most[0], len(running))
+        threading.Event().wait(0.02)
+        with guard:
+            running.remove(threading.current_thread().name)
+        if n == 7:
+            raise ValueError("seven")
+        return n * n
+
+    async def main() -> tuple[list[Any], set[str]]:
+        loop = asyncio.get_running_loop()
+        names: set[str] = set()
+
+        def named(n: int) -> Callable[[], int]:
+            def run() -> int:
+                names.add(threading.current_thread().name)
+                return call(n)
+
+            return run
+
+        outcomes = await asyncio.gather(*(hand_off.run(loop, named(n)) for n in range(12)), return_exceptions=True)
+        return outcomes, names
+
+    outcomes, names = asyncio.run(main())
+    assert outcomes[:7] == [n * n for n in range(7)]
+    assert isinstance(outcomes[7], ValueError) and str(outcomes[7]) == "seven"
+    assert outcomes[8:] == [n * n for n in range(8, 12)]
+    assert most[0] == 3  # twelve calls at once: three at a time, no more
+    assert len(names) == 3 and all(name.startswith("test-hand-off_") for name in names)
+
+
+def test_a_call_whose_task_gave_up_does_not_stop_the_hand_off() -> None:
+    hand_off = ThreadHandOff(1, name="test-cancel")
+    release = threading.Event()
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        slow = hand_off.run(loop, lambda: release.wait(5))
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(slow, 0.05)  # cancels the future; the call still runs
+        release.set()
+        return int(await hand_off.run(loop, lambda: 42))
+
+    assert asyncio.run(main()) == 42
