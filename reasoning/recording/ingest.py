@@ -211,14 +211,21 @@ def _write(items: Sequence[Item], actor: str, opener_only: bool) -> tuple[list[R
 
 
 def write_in_transaction(
-    items: Sequence[Item], *, actor: str, absent: Collection[uuid.UUID] = (), opener_only: bool = False
+    items: Sequence[Item],
+    *,
+    actor: str,
+    absent: Collection[uuid.UUID] = (),
+    opener_only: bool = False,
+    check: Write | None = None,
 ) -> tuple[list[Result], list[Plan]]:
     """``write`` inside the caller's transaction (the OTLP path parks and releases spans in
     the same one). Returns the results and what was written, for ``count`` after commit.
 
-    ``absent``: flow and step ids the caller found not stored, earlier in this transaction;
-    they are not looked up again. (Should a concurrent request store one meanwhile, the
-    insert fails and the caller's retry sees it.)"""
+    ``absent``: flow and step ids the caller found not stored, earlier in this transaction (or
+    that it expects not to be: a primary key refuses them otherwise); they are not looked up
+    again. (Should a concurrent request store one meanwhile, the insert fails and the caller's
+    retry sees it.) ``check``: a read sent as the statement's last part, its main query, when
+    there is anything to write: one that raises an error makes the statement fail whole."""
     if not in_transaction():
         raise RuntimeError("write_in_transaction() must run inside a transaction (or core.bulk.one_statement())")
     now = timezone.now()
@@ -256,9 +263,10 @@ def write_in_transaction(
     owed, owed_write = close_work.owe(closing, now) if closing else ([], None)
     # The rows, their audit events and the work owed: one statement, one round trip (a statement
     # costs the worker ~0.06 ms of CPU whatever it carries).
-    execute_writes(
-        [*_writes(plans, now), events_write([*_events(plans, actor), *close_events_of(closing)]), owed_write]
-    )
+    writes = [*_writes(plans, now), events_write([*_events(plans, actor), *close_events_of(closing)]), owed_write]
+    if check is not None and any(write is not None for write in writes):
+        writes.append(check)
+    execute_writes(writes)
 
     accepted = iter(plans)
     for index, result in enumerate(results):

@@ -52,7 +52,7 @@ from django.db import IntegrityError, connection, transaction
 from rest_framework.exceptions import ValidationError
 
 from core.api_views import flat_errors
-from core.bulk import fetch, one_statement, opaque_array, text_array, uuid_array
+from core.bulk import Write, fetch, one_statement, opaque_array, text_array, uuid_array
 from core.serializers import validated
 from reasoning.models import PendingSpan, ReasoningFlow
 from reasoning.recording import ingest
@@ -235,18 +235,35 @@ _Written = tuple[list[ingest.Result], list[ingest.Plan], int, int, list[SpanProb
 def _record(
     spans: Sequence[MappedSpan], checked: Mapping[Key, dict[str, Any]], actor: str, opener_only: bool
 ) -> _Written:
-    """Look the spans up, place them and write them.
+    """Place the spans and write them, looking them up first unless they are a trace's first
+    request.
 
-    The lookup comes first, outside any transaction: a statement sees what is committed at its
-    start, in a transaction at READ COMMITTED or not (should a concurrent request store some of
-    the same spans after it, the write fails and ``record_spans`` tries again). When it finds
-    none of the spans or their parents stored and nothing pending in their traces (a trace's
-    first request, the usual case) and every span finds its place in the request, the rows and
-    their audit events go in one statement with no transaction around it
-    (``core.bulk.one_statement``: no BEGIN and COMMIT round trips). Otherwise the traces'
-    pending spans are locked and everything is written in one transaction."""
+    A request that holds whole traces (each with its root and more) is placed as if none of its
+    spans were stored and written as one statement with no transaction around it
+    (``core.bulk.one_statement``: no BEGIN and COMMIT round trips), without a lookup: the primary
+    keys of the flows and the step id registry refuse a span stored already, and the statement's
+    last part (``reasoning_no_pending_span``) refuses it when a span of its traces is pending.
+    Either way the statement fails whole and the request goes on as below.
+
+    Otherwise the lookup comes first, outside any transaction: a statement sees what is committed
+    at its start, in a transaction at READ COMMITTED or not (should a concurrent request store
+    some of the same spans after it, the write fails and ``record_spans`` tries again). When it
+    finds none of the spans or their parents stored and nothing pending in their traces and every
+    span finds its place in the request, the rows and their audit events go in one statement as
+    above. Otherwise the traces' pending spans are locked and everything is written in one
+    transaction."""
     traces = sorted({span.trace_id for span in spans})
     incoming = {(span.trace_id, span.span_id): span for span in spans}
+    if not connection.in_atomic_block and _whole_traces(spans):
+        nothing = _Stored()
+        placed = _place(incoming, nothing)
+        if not _unplaced(incoming, placed, nothing, {}):
+            check = Write("SELECT reasoning_no_pending_span(%s::text[])", (text_array(traces),))
+            try:
+                with one_statement():
+                    return _write_placed(placed, nothing, incoming, incoming, {}, checked, actor, opener_only, check)
+            except IntegrityError:
+                pass  # some of the spans are stored (a replay), or spans of their traces pending: look
     # Which spans and parents are stored already (flows they opened, steps they became), and
     # whether a span of these traces is pending: one statement when none is, the usual case.
     asked = set(incoming) | {(span.trace_id, span.parent_span_id) for span in spans if span.parent_span_id}
@@ -258,6 +275,20 @@ def _record(
                 return _write_placed(placed, stored, incoming, incoming, {}, checked, actor, opener_only)
     with transaction.atomic(durable=True):
         return _record_in_transaction(traces, incoming, asked, stored, checked, actor, opener_only)
+
+
+def _whole_traces(spans: Sequence[MappedSpan]) -> bool:
+    """Whether each trace of ``spans`` has its root among them, and a span more: what an exporter
+    sends when a trace ended within one export (its spans are then most likely all new). A root
+    sent alone most often follows children parked earlier: looking them up costs less than a
+    statement that fails."""
+    roots: set[str] = set()
+    counts: Counter[str] = Counter()
+    for span in spans:
+        counts[span.trace_id] += 1
+        if span.opens_flow:
+            roots.add(span.trace_id)
+    return all(trace in roots and count > 1 for trace, count in counts.items())
 
 
 def _record_in_transaction(
@@ -305,6 +336,7 @@ def _write_placed(
     checked: Mapping[Key, dict[str, Any]],
     actor: str,
     opener_only: bool,
+    check: Write | None = None,
 ) -> _Written:
     warnings = _withhold_foreign(placed, stored, incoming, pending, actor)
     foreign = _foreign_replays(incoming, stored, actor, opener_only)
@@ -315,7 +347,9 @@ def _write_placed(
     # flows, by the write path).
     absent = {span_uuid(*key) for key in incoming if key not in stored}
     absent |= {call_step_uuid(*key) for key, span in incoming.items() if span.opens_flow and span.step}
-    results, plans = ingest.write_in_transaction(items, actor=actor, absent=absent, opener_only=opener_only)
+    results, plans = ingest.write_in_transaction(
+        items, actor=actor, absent=absent, opener_only=opener_only, check=check
+    )
 
     accepted = 0
     rejected: list[SpanProblem] = []

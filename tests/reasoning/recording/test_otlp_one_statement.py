@@ -1,6 +1,8 @@
 """POST /v1/traces without a transaction around a trace's first request: its rows, their audit
 events and the work its closes owe are one statement, which PostgreSQL commits on its own
-(``reasoning.recording.traces._record``, ``core.bulk.one_statement``).
+(``reasoning.recording.traces._record``, ``core.bulk.one_statement``). A request of whole traces
+is written without looking its spans up first: the statement fails whole when some are stored
+already or spans of its traces are pending, and the request goes on through the lookup.
 
 These tests run outside a test transaction (``transaction=True``), as the server does: inside
 one, every request takes the transaction path.
@@ -38,29 +40,34 @@ def root() -> Any:
     )
 
 
-def send(client: APIClient, *spans: Any, from_lookup: bool = True) -> tuple[ExportTraceServiceResponse, list[str]]:
-    """The answer, and the statements from the span lookup on (before it: the token, the rate limit)."""
+def send(client: APIClient, *spans: Any) -> tuple[ExportTraceServiceResponse, list[str]]:
+    """The answer, and the write path's statements (not the token's and the rate limit's)."""
     with CaptureQueriesContext(connection) as captured:
         response = client.post(URL, otlp.protobuf_body(otlp.request(*spans)), content_type="application/x-protobuf")
     assert response.status_code == 200, response.content
     answer = ExportTraceServiceResponse()
     answer.ParseFromString(response.content)
     statements = [" ".join(query["sql"].split()) for query in captured]
-    lookup = next(n for n, sql in enumerate(statements) if sql.startswith("SELECT id, NULL::uuid"))
-    return answer, statements[lookup:] if from_lookup else statements
+    return answer, [sql for sql in statements if "reasoning_api_token" not in sql and "rft_rate_limit" not in sql]
+
+
+def lookups(statements: list[str]) -> list[int]:
+    return [n for n, sql in enumerate(statements) if sql.startswith("SELECT id, NULL::uuid")]
 
 
 def writes(statements: list[str]) -> list[str]:
     return [sql for sql in statements if not sql.startswith("SELECT")]
 
 
-def test_a_traces_first_request_is_one_statement_without_begin_or_commit(agent: APIClient) -> None:
+def test_a_traces_first_request_is_one_statement_without_begin_or_commit_or_lookup(agent: APIClient) -> None:
     answer, statements = send(agent, root(), chat(), tool())
 
     assert answer.partial_success.rejected_spans == 0
+    assert not lookups(statements)  # a whole trace: written without looking its spans up
     (write,) = writes(statements)  # no BEGIN, no COMMIT: the statement is its own transaction
     assert 'INSERT INTO "reasoning_flow"' in write and 'INSERT INTO "reasoning_step"' in write
     assert "INSERT INTO audit_event" in write
+    assert write.rindex("SELECT reasoning_no_pending_span(") > write.rindex("INSERT INTO")  # the main query
     flow = ReasoningFlow.objects.get(pk=span_uuid(TRACE, ROOT))
     assert (flow.agent, flow.flow_state, flow.step_count) == ("triage", "completed", 2)
     assert ReasoningStep.objects.filter(flow=flow).count() == 2
@@ -81,7 +88,11 @@ def test_spans_stored_already_are_a_replay_in_a_transaction(agent: APIClient) ->
     answer, statements = send(agent, root(), chat(), tool())
 
     assert answer.partial_success.rejected_spans == 0
-    assert statements[1] == "BEGIN" and statements[-1] == "COMMIT", statements
+    # The statement written without a lookup failed (the flow's primary key); then the lookup found
+    # the spans, and the replay ran in a transaction that wrote nothing.
+    assert "INSERT INTO audit_event" in statements[1], statements
+    (lookup,) = lookups(statements)
+    assert lookup > 1 and statements[lookup + 1] == "BEGIN" and statements[-1] == "COMMIT", statements
     assert ReasoningStep.objects.filter(flow_id=span_uuid(TRACE, ROOT)).count() == 2
     assert AuditEvent.objects.count() == events
 
@@ -89,11 +100,15 @@ def test_spans_stored_already_are_a_replay_in_a_transaction(agent: APIClient) ->
 def test_spans_waiting_for_their_parent_are_parked_in_a_transaction(agent: APIClient) -> None:
     _, statements = send(agent, tool())
 
+    assert lookups(statements) == [0]  # not a whole trace: looked up first
     assert "BEGIN" in statements and statements[-1] == "COMMIT"
     assert PendingSpan.objects.filter(trace_id=TRACE, span_id=TOOL).exists()
 
-    _, statements = send(agent, root(), chat())  # places the parked span: locks it, in a transaction
+    # A whole trace, but with a span of it parked: the statement without a lookup fails on the
+    # check; the lookup finds the parked span, which is placed (locked) in a transaction.
+    _, statements = send(agent, root(), chat())
 
+    assert any("reasoning_no_pending_span" in sql for sql in statements[: lookups(statements)[0]])
     assert "BEGIN" in statements
     assert not PendingSpan.objects.exists()
     assert ReasoningStep.objects.filter(flow_id=span_uuid(TRACE, ROOT)).count() == 2
@@ -102,10 +117,10 @@ def test_spans_waiting_for_their_parent_are_parked_in_a_transaction(agent: APICl
 def test_spans_a_concurrent_request_stored_after_the_lookup_are_a_replay(
     agent: APIClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    send(agent, root(), chat(), tool())
+    send(agent, root())  # a root alone: not a whole trace, so looked up first
     events = AuditEvent.objects.count()
-    # The lookup misses them once, as when another request stores them between the lookup and
-    # the write: the one statement fails whole, and the retry finds them stored.
+    # The lookup misses it once, as when another request stores it between the lookup and the
+    # write: the one statement fails whole, and the retry finds it stored.
     real = traces._stored
     missed: list[bool] = []
 
@@ -117,9 +132,9 @@ def test_spans_a_concurrent_request_stored_after_the_lookup_are_a_replay(
 
     monkeypatch.setattr(traces, "_stored", lookup)
 
-    answer, statements = send(agent, root(), chat(), tool(), from_lookup=False)
+    answer, statements = send(agent, root())
 
     assert missed and answer.partial_success.rejected_spans == 0
     assert len([sql for sql in statements if "INSERT INTO audit_event" in sql]) == 1  # the failed one
-    assert ReasoningFlow.objects.count() == 1 and ReasoningStep.objects.count() == 2
+    assert ReasoningFlow.objects.count() == 1
     assert AuditEvent.objects.count() == events
