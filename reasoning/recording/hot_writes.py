@@ -143,9 +143,9 @@ class HotWritesMiddleware:
             body = request.body
         except RequestDataTooBig:
             return self.get_response(request)
-        if otlp:
+        if found is None:  # POST /v1/traces
             return self._answer_otlp(request, principal, body, content_type)
-        handler, allow = found  # type: ignore[misc]
+        handler, allow = found
         return self._answer(request, handler, allow, principal, body)
 
     @staticmethod

@@ -263,7 +263,7 @@ def _record(
                 with one_statement():
                     return _write_placed(placed, nothing, incoming, incoming, {}, checked, actor, opener_only, check)
             except IntegrityError:
-                pass  # some of the spans are stored (a replay), or spans of their traces pending: look
+                pass  # spans stored already (a replay) or spans of these traces pending: look them up
     # Which spans and parents are stored already (flows they opened, steps they became), and
     # whether a span of these traces is pending: one statement when none is, the usual case.
     asked = set(incoming) | {(span.trace_id, span.parent_span_id) for span in spans if span.parent_span_id}
