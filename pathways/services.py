@@ -8,15 +8,16 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from audit.actions import Action
-from audit.services import Event, record
+from audit.services import Event, events_write, record
+from core.bulk import execute_writes, insert_write
 from core.errors import Conflict, NotFound
 from pathways.matcher import Candidate, active_client, check_query, match
-from pathways.models import Pathway, PathwayHit
+from pathways.models import Pathway, PathwayHit, parent_ref
 from pathways.radar import candidate_radars
 from pathways.stats import LibraryOverview, PathwayStats, library_overview, pathway_stats
 from reasoning.models import ReasoningFlow
@@ -67,24 +68,30 @@ def extract_pathway(
     if reason is not None:
         record(Action.PATHWAY_SKIPPED, actor=actor, target=flow, payload={"disqualifier": reason})
         return None
+    pathway = Pathway(
+        trigger_type=flow.trigger_type,
+        trigger_ref=flow.trigger_ref,
+        parent_ref=parent_ref(flow.trigger_ref),  # what save() derives
+        step_kinds=kinds,
+        agents=sorted(set(agents)),
+        seed_flow=flow,
+        confidence=flow.outcome_confidence or 0.0,  # not None: the qualifier checked it
+    )
+    extracted = Event(
+        Action.PATHWAY_EXTRACTED,
+        actor,
+        pathway,
+        {"flow_id": str(flow_id), "trigger_type": pathway.trigger_type, "step_count": len(kinds)},
+    )
     try:
-        with transaction.atomic():  # savepoint: a concurrent extraction of the same flow wins
-            pathway = Pathway.objects.create(
-                trigger_type=flow.trigger_type,
-                trigger_ref=flow.trigger_ref,
-                step_kinds=kinds,
-                agents=sorted(set(agents)),
-                seed_flow=flow,
-                confidence=flow.outcome_confidence or 0.0,  # not None: the qualifier checked it
-            )
+        # The row and its audit event in one statement (a third of the ORM's create and a record()
+        # after it); in a savepoint: a concurrent extraction of the same flow wins.
+        with transaction.atomic():
+            execute_writes([insert_write([pathway]), events_write([extracted])])
     except IntegrityError:
         return Pathway.objects.get(seed_flow_id=flow_id)
-    record(
-        Action.PATHWAY_EXTRACTED,
-        actor=actor,
-        target=pathway,
-        payload={"flow_id": str(flow_id), "trigger_type": pathway.trigger_type, "step_count": len(kinds)},
-    )
+    pathway._state.adding = False  # stored, as save() leaves an instance
+    pathway._state.db = DEFAULT_DB_ALIAS
     return pathway
 
 
