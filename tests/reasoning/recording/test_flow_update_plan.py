@@ -48,7 +48,8 @@ def generic_plan(write: Write) -> dict[str, Any]:
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (GENERIC_PLAN, FORMAT JSON) {re.sub('%s', lambda _: f'${next(numbered)}', sql)}")
         raw = cursor.fetchone()[0]
-    return (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    plan: dict[str, Any] = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    return plan
 
 
 def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
