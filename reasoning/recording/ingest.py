@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import msgspec
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -46,10 +46,12 @@ from core.bulk import (
     bound_cursor,
     execute_writes,
     fetch,
+    in_one_statement,
     in_transaction,
     insert_write,
     json_text,
     new_instance,
+    one_statement,
     uuid_array,
 )
 from core.errors import Conflict, InvalidInput, NotFound, ServiceError
@@ -166,6 +168,11 @@ def write(items: Sequence[Item], *, actor: str, opener_only: bool = False) -> li
     ``opener_only``: the caller may change only the flows it opened (``opened_by`` is
     ``actor``); another caller's flow is answered as if it did not exist (the API's writers,
     unless they hold the admin scope; internal jobs change any flow)."""
+    written = _write_in_one_statement(items, actor, opener_only)
+    if written is not None:
+        results, plans = written
+        count(plans)
+        return results
     try:
         results, plans = _write(items, actor, opener_only)
     except IntegrityError:
@@ -211,6 +218,28 @@ def _write(items: Sequence[Item], actor: str, opener_only: bool) -> tuple[list[R
     return write_in_transaction(items, actor=actor, opener_only=opener_only)
 
 
+def _write_in_one_statement(
+    items: Sequence[Item], actor: str, opener_only: bool
+) -> tuple[list[Result], list[Plan]] | None:
+    """The request read without locks and written as one statement with no transaction around it
+    (``core.bulk.one_statement``: no ``BEGIN``, ``COMMIT`` or ``SELECT … FOR UPDATE`` round trips),
+    when it names at most one stored flow: what the single routes send (open, a step, a batch of
+    steps, a close). ``None`` when it cannot be, or when the statement failed because what it read
+    changed meanwhile: the flow (``reasoning_flow_moved``, see ``_update_flows``), or ids a
+    concurrent request stored. The caller then writes it under locks.
+
+    A request naming several stored flows takes their row locks in id order instead: an update
+    of several rows locks them in the order its plan reads them, which two statements could
+    meet in opposite orders."""
+    if connection.in_atomic_block or len({item.flow_id for item in items if item.flow_id is not None}) > 1:
+        return None
+    try:
+        with one_statement():
+            return write_in_transaction(items, actor=actor, opener_only=opener_only)
+    except IntegrityError:
+        return None
+
+
 def write_in_transaction(
     items: Sequence[Item],
     *,
@@ -233,8 +262,12 @@ def write_in_transaction(
     prepared = [_prepare(item) for item in items]
     named = {item.flow_id for item in items if item.flow_id is not None} - set(absent)
     # Locks the stored flows this request touches, in id order (no deadlock between two
-    # requests): a concurrent step write or close waits for this one, then sees its steps.
-    stored_flows = {flow.pk: flow for flow in fetch(ReasoningFlow, named, for_update=True)}
+    # requests): a concurrent step write or close waits for this one, then sees its steps. In one
+    # statement (``_write_in_one_statement``) they are read without a lock, and the statement's
+    # update refuses a flow whose step count or state moved since (``_update_flows``).
+    unlocked = in_one_statement()
+    stored_flows = {flow.pk: flow for flow in fetch(ReasoningFlow, named, for_update=not unlocked)}
+    read = {pk: flow.step_count for pk, flow in stored_flows.items()} if unlocked else {}
     stored_steps = _stored_steps(prepared, absent)
     known_patients = _known_patients(items, stored_flows)
 
@@ -264,7 +297,7 @@ def write_in_transaction(
     owed, owed_write = close_work.owe(closing, now) if closing else ([], None)
     # The rows, their audit events and the work owed: one statement, one round trip (a statement
     # costs the worker ~0.06 ms of CPU whatever it carries).
-    writes = [*_writes(plans, now), events_write([*_events(plans, actor), *close_events_of(closing)]), owed_write]
+    writes = [*_writes(plans, now, read), events_write([*_events(plans, actor), *close_events_of(closing)]), owed_write]
     if check is not None and any(write is not None for write in writes):
         writes.append(check)
     execute_writes(writes)
@@ -604,10 +637,11 @@ _EARLIER_STEPS = (
 # --- Writing -----------------------------------------------------------------------------------
 
 
-def _writes(plans: Sequence[Plan], now: datetime) -> list[Write | None]:
+def _writes(plans: Sequence[Plan], now: datetime, read: Mapping[uuid.UUID, int]) -> list[Write | None]:
     """The rows' writes, and what they owe the dashboard's rollups (``reasoning.rollups``) in the
     same statements: the hour of every flow opened, closed or given a cost marked dirty, the
-    usage of every new step that reported tokens."""
+    usage of every new step that reported tokens. ``read``: the step counts of stored flows read
+    without a lock, which the update checks."""
     new_flows = [plan.flow for plan in plans if plan.new_flow]
     writes = [insert_write(new_flows, returning="created_at", then=rollups.MARK_HOURS)]
     steps: list[ReasoningStep] = []
@@ -627,15 +661,21 @@ def _writes(plans: Sequence[Plan], now: datetime) -> list[Write | None]:
             _update_flows(
                 [plan.flow for plan in changed],
                 [plan.closing or any(step.cost_usd is not None for step in plan.new_steps) for plan in changed],
+                read,
             )
         )
     return writes
 
 
-def _update_flows(flows: Sequence[ReasoningFlow], rollup: Sequence[bool]) -> Write:
+def _update_flows(flows: Sequence[ReasoningFlow], rollup: Sequence[bool], read: Mapping[uuid.UUID, int]) -> Write:
     """The write of step counts, usage and close fields of stored flows, of one parameter (the
     rows as JSON, as ``core.bulk.insert_write`` sends them); with the dirty marks of the hours of
-    those whose ``rollup`` is true (closed, or given a cost)."""
+    those whose ``rollup`` is true (closed, or given a cost).
+
+    A flow in ``read`` (its step count as read, without a lock) is written only if the stored row
+    still has that count and is active; otherwise the statement fails whole
+    (``reasoning_flow_moved``, an integrity error). Every change of a flow's usage or close
+    fields comes with new steps or a close, so those two say whether what was read still holds."""
     rows = [
         {
             "id": flow.pk,
@@ -655,6 +695,7 @@ def _update_flows(flows: Sequence[ReasoningFlow], rollup: Sequence[bool]) -> Wri
             "cost_usd": flow.cost_usd,
             "model_names": flow.model_names,
             "rollup": marked,
+            "read": read.get(flow.pk),
         }
         for flow, marked in zip(flows, rollup, strict=True)
     ]
@@ -671,7 +712,10 @@ def _update_flows(flows: Sequence[ReasoningFlow], rollup: Sequence[bool]) -> Wri
 # from the planner as ``core.bulk.opaque_array`` hides one, is found by the primary key.
 _UPDATE_FLOWS = """
 UPDATE reasoning_flow f SET
-    step_count = v.step_count,
+    step_count = CASE
+        WHEN v.read IS NULL OR (f.step_count = v.read AND f.flow_state = 'active') THEN v.step_count
+        ELSE reasoning_flow_moved(f.id)
+    END,
     input_tokens = v.input_tokens,
     output_tokens = v.output_tokens,
     cost_usd = v.cost_usd,
@@ -690,7 +734,7 @@ FROM json_to_recordset(%s::json) AS v(
     id uuid, step_count int, flow_state text, closed_at timestamptz, outcome_type text,
     outcome_summary text, outcome_confidence float8, abort_reason text, outcome_metrics jsonb,
     patient_safe_summary bool, summary_guard_rule text, dimensions_snapshot jsonb,
-    input_tokens int8, output_tokens int8, cost_usd numeric, model_names text[], rollup bool
+    input_tokens int8, output_tokens int8, cost_usd numeric, model_names text[], rollup bool, read int
 )
 WHERE f.id = v.id AND f.id = ANY((SELECT %s::uuid[])::uuid[])
 RETURNING f.created_at, v.rollup

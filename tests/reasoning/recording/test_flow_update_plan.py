@@ -63,7 +63,7 @@ def test_the_flow_of_a_new_step_is_updated_by_key(stored: int) -> None:
     flow = store_flows(stored)
     flow.step_count += 1  # what a step request writes
 
-    plan = generic_plan(_update_flows([flow], [False]))
+    plan = generic_plan(_update_flows([flow], [False], {flow.pk: flow.step_count - 1}))
 
     flow_reads = [node for node in nodes(plan) if node.get("Relation Name") == "reasoning_flow"]
     assert flow_reads, "the statement reads no flow"

@@ -1,0 +1,147 @@
+"""The single routes (open, a step, a batch of steps, a close) without a transaction around them.
+
+A request that names at most one stored flow reads it without a lock and is written as one
+statement, which PostgreSQL commits on its own (``reasoning.recording.ingest.write``,
+``core.bulk.one_statement``): no ``BEGIN``, ``SELECT … FOR UPDATE`` or ``COMMIT``. The statement's
+update of the flow refuses a flow whose step count or state moved since it was read
+(``reasoning_flow_moved``); the request is then written again under the flow's row lock.
+
+These tests run outside a test transaction (``transaction=True``), as the server does: inside
+one, every request takes the transaction path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from audit.models import AuditEvent
+from reasoning.models import ReasoningFlow, ReasoningStep
+from tests.factories import FLOWS, add_step, open_flow
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+STEP = {"kind": "retrieval", "agent": "researcher", "summary_text": "Retrieved guidelines", "confidence": 0.95}
+CLOSE = {"flow_state": "completed", "outcome_type": "recommendation_delivered", "outcome_summary": "Done"}
+
+
+def statements(captured: CaptureQueriesContext) -> list[str]:
+    """The write path's statements (not the token's and the rate limit's)."""
+    every = [" ".join(query["sql"].split()) for query in captured]
+    return [sql for sql in every if "reasoning_api_token" not in sql and "rft_rate_limit" not in sql]
+
+
+def test_open_step_and_close_need_no_begin_commit_or_row_lock(agent: APIClient) -> None:
+    with CaptureQueriesContext(connection) as opened:
+        flow = open_flow(agent, trigger_ref="q/1", agent="researcher")
+    with CaptureQueriesContext(connection) as stepped:
+        response = agent.post(f"{FLOWS}/{flow['id']}/steps", STEP, format="json")
+    assert response.status_code == 201, response.content
+    with CaptureQueriesContext(connection) as closed:
+        response = agent.patch(f"{FLOWS}/{flow['id']}", CLOSE, format="json")
+    assert response.status_code == 200, response.content
+
+    (open_write,) = statements(opened)  # the flow and its audit event: one statement
+    assert 'INSERT INTO "reasoning_flow"' in open_write and "INSERT INTO audit_event" in open_write
+    read, step_write = statements(stepped)  # the flow read without a lock, then one statement
+    assert read.startswith('SELECT "reasoning_flow"') and "FOR UPDATE" not in read
+    assert 'INSERT INTO "reasoning_step"' in step_write and "reasoning_flow_moved" in step_write
+    close = statements(closed)
+    close_write = next(n for n, sql in enumerate(close) if not sql.startswith("SELECT"))
+    assert "UPDATE reasoning_flow" in close[close_write]
+    assert not any(sql in ("BEGIN", "COMMIT") or "FOR UPDATE" in sql for sql in close[:close_write])
+    # After it, in a transaction of its own: the pathway the close owes (the outbox).
+    assert close[close_write + 1] == "BEGIN"
+
+    stored = ReasoningFlow.objects.get(pk=flow["id"])
+    assert (stored.flow_state, stored.step_count, stored.outcome_confidence) == ("completed", 1, 0.95)
+    assert list(
+        AuditEvent.objects.filter(action__startswith="reasoning.").order_by("id").values_list("action", flat=True)
+    ) == [
+        "reasoning.flow.started",
+        "reasoning.step.created",
+        "reasoning.flow.completed",
+        "reasoning.pathway.extracted",
+    ]
+
+
+@contextmanager
+def meanwhile(flow_id: str, *changes: str) -> Iterator[list[str]]:
+    """Run ``changes`` (SQL of one ``%s``, the flow's id) from another connection, committed, just
+    before the request's first write statement: as a concurrent request would between its read
+    and its write. Yields the statements the request sent."""
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    sent: list[str] = []
+
+    def wrapper(execute: Callable[..., Any], sql: str, params_: Any, many: bool, context: Any) -> Any:
+        if not any(not sql.startswith("SELECT") for sql in sent) and not sql.lstrip().startswith("SELECT"):
+            with psycopg.connect(**params) as other, other.transaction():
+                for change in changes:
+                    other.execute(change, [flow_id])
+        sent.append(" ".join(sql.split()))
+        return execute(sql, params_, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        yield sent
+
+
+def test_a_step_whose_flow_moved_since_it_was_read_is_written_after_it(agent: APIClient) -> None:
+    flow = open_flow(agent, trigger_ref="q/1", agent="researcher")
+    add_step(agent, flow["id"])
+
+    # Another request's step (its count; the row itself does not matter here) lands in between.
+    with meanwhile(flow["id"], "UPDATE reasoning_flow SET step_count = step_count + 1 WHERE id = %s") as sent:
+        response = agent.post(f"{FLOWS}/{flow['id']}/steps", STEP, format="json")
+
+    assert response.status_code == 201, response.content
+    assert response.json()["position"] == 3, sent  # after the concurrent one, not over it
+    refused, *after = [sql for sql in sent if not sql.startswith("SELECT")]
+    assert "reasoning_flow_moved" in refused
+    assert "BEGIN" in after or any("FOR UPDATE" in sql for sql in sent)  # again, under the row lock
+    stored = ReasoningFlow.objects.get(pk=flow["id"])
+    assert stored.step_count == 3
+    assert list(ReasoningStep.objects.filter(flow_id=flow["id"]).values_list("position", flat=True)) == [1, 3]
+    assert AuditEvent.objects.filter(action="reasoning.step.created").count() == 2  # not 3: one was refused
+
+
+def test_a_step_on_a_flow_closed_since_it_was_read_is_refused(agent: APIClient) -> None:
+    flow = open_flow(agent, trigger_ref="q/1", agent="researcher")
+    add_step(agent, flow["id"])
+
+    with meanwhile(flow["id"], "UPDATE reasoning_flow SET flow_state = 'aborted' WHERE id = %s"):
+        response = agent.post(f"{FLOWS}/{flow['id']}/steps", STEP, format="json")
+
+    assert response.status_code == 409, response.content
+    assert ReasoningStep.objects.filter(flow_id=flow["id"]).count() == 1
+    assert ReasoningFlow.objects.get(pk=flow["id"]).step_count == 1
+    assert AuditEvent.objects.filter(action="reasoning.step.created").count() == 1
+
+
+def test_a_close_whose_flow_took_a_step_since_it_was_read_counts_it(agent: APIClient) -> None:
+    flow = open_flow(agent, trigger_ref="q/1", agent="researcher")
+    add_step(agent, flow["id"], confidence=0.99)
+    other_step = (
+        "INSERT INTO reasoning_step (id, flow_id, flow_created_at, position, extra_parent_ids, kind, agent,"
+        " summary_text, rationale, inputs, outputs, pii_fields, llm_call_log_ref, experiment_trace_ref,"
+        " decision_graph_node_ref, memory_claim_ref, span_id, request_hash, created_at, confidence)"
+        " SELECT gen_random_uuid(), id, created_at, 2, '{}', 'verdict', 'critic', 'Checked', '', '{}', '{}', '{}',"
+        " '', '', '', '', '', '', now(), 0.5 FROM reasoning_flow WHERE id = %s"
+    )
+
+    with meanwhile(flow["id"], other_step, "UPDATE reasoning_flow SET step_count = 2 WHERE id = %s"):
+        response = agent.patch(f"{FLOWS}/{flow['id']}", CLOSE, format="json")
+
+    assert response.status_code == 200, response.content
+    stored = ReasoningFlow.objects.get(pk=flow["id"])
+    # The close was computed again over both steps: the lower confidence is the flow's.
+    assert (stored.flow_state, stored.step_count, stored.outcome_confidence) == ("completed", 2, 0.5)
+    assert AuditEvent.objects.filter(action="reasoning.flow.completed").count() == 1
