@@ -69,6 +69,14 @@ def _fresh_token_cache() -> None:
     token_cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def _no_recent_flows() -> None:
+    """Each test starts with no flow known from an earlier test's writes (reasoning.recording.ingest._RecentFlows)."""
+    from reasoning.recording.ingest import recent_flows
+
+    recent_flows.clear()
+
+
 @pytest.fixture
 def metric_snapshot() -> Callable[[], MetricSnapshot]:
     return MetricSnapshot

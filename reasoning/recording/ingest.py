@@ -25,8 +25,9 @@ import hashlib
 import hmac
 import json
 import logging
+import threading
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,7 +35,8 @@ from typing import Any, Literal
 
 import msgspec
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
+from django.db.models.base import ModelState
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -171,6 +173,7 @@ def write(items: Sequence[Item], *, actor: str, opener_only: bool = False) -> li
     written = _write_in_one_statement(items, actor, opener_only)
     if written is not None:
         results, plans = written
+        recent_flows.remember(plans)
         count(plans)
         return results
     try:
@@ -189,6 +192,7 @@ def write(items: Sequence[Item], *, actor: str, opener_only: bool = False) -> li
                     one, wrote = [Result("rejected", error=_RACED)], []
                 results.extend(one)
                 plans.extend(wrote)
+    recent_flows.remember(plans)
     count(plans)
     return results
 
@@ -231,13 +235,76 @@ def _write_in_one_statement(
     A request naming several stored flows takes their row locks in id order instead: an update
     of several rows locks them in the order its plan reads them, which two statements could
     meet in opposite orders."""
-    if connection.in_atomic_block or len({item.flow_id for item in items if item.flow_id is not None}) > 1:
+    named = {item.flow_id for item in items if item.flow_id is not None}
+    if connection.in_atomic_block or len(named) > 1:
         return None
     try:
         with one_statement():
             return write_in_transaction(items, actor=actor, opener_only=opener_only)
     except IntegrityError:
+        recent_flows.forget(named)
         return None
+
+
+class _RecentFlows:
+    """The active flows this process wrote last, as it wrote them (at most ``size``, the least
+    recently written forgotten first): a request in one statement takes its flow from here
+    instead of reading it, and the statement's update checks it as it checks a flow it read
+    (``_update_flows``). An agent's requests mostly come to the process that wrote its flow before
+    (a kept-alive connection). A flow another process changed meanwhile fails the statement, is
+    forgotten, and the request is written under the flow's lock; a closed flow is forgotten."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._flows: OrderedDict[uuid.UUID, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, pks: Collection[uuid.UUID]) -> dict[uuid.UUID, ReasoningFlow]:
+        """Copies of the flows of ``pks`` this process knows (a request's plan changes its own)."""
+        found = {}
+        with self._lock:
+            for pk in pks:
+                values = self._flows.get(pk)
+                if values is not None:
+                    found[pk] = _stored_flow(values)
+        return found
+
+    def remember(self, plans: Sequence[Plan]) -> None:
+        with self._lock:
+            for plan in plans:
+                flow = plan.flow
+                if flow.flow_state == ReasoningFlow.State.ACTIVE:
+                    self._flows[flow.pk] = {name: value for name, value in flow.__dict__.items() if name != "_state"}
+                    self._flows.move_to_end(flow.pk)
+                else:
+                    self._flows.pop(flow.pk, None)
+            while len(self._flows) > self._size:
+                self._flows.popitem(last=False)
+
+    def forget(self, pks: Collection[uuid.UUID]) -> None:
+        with self._lock:
+            for pk in pks:
+                self._flows.pop(pk, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._flows.clear()
+
+
+def _stored_flow(values: dict[str, Any]) -> ReasoningFlow:
+    """A flow of these attribute values, as ``fetch`` returns a stored one."""
+    flow = ReasoningFlow.__new__(ReasoningFlow)
+    # Lists and documents (model names, metrics) copied: a plan assigns them anew, a caller might not.
+    flow.__dict__.update(
+        {name: value.copy() if value.__class__ in (list, dict) else value for name, value in values.items()}
+    )
+    flow._state = ModelState()
+    flow._state.adding = False
+    flow._state.db = DEFAULT_DB_ALIAS
+    return flow
+
+
+recent_flows = _RecentFlows(1024)
 
 
 def write_in_transaction(
@@ -266,7 +333,9 @@ def write_in_transaction(
     # statement (``_write_in_one_statement``) they are read without a lock, and the statement's
     # update refuses a flow whose step count or state moved since (``_update_flows``).
     unlocked = in_one_statement()
-    stored_flows = {flow.pk: flow for flow in fetch(ReasoningFlow, named, for_update=not unlocked)}
+    stored_flows = recent_flows.get(named) if unlocked else {}  # (_RecentFlows)
+    unknown = named - stored_flows.keys()
+    stored_flows.update((flow.pk, flow) for flow in fetch(ReasoningFlow, unknown, for_update=not unlocked))
     read = {pk: flow.step_count for pk, flow in stored_flows.items()} if unlocked else {}
     stored_steps = _stored_steps(prepared, absent)
     known_patients = _known_patients(items, stored_flows)

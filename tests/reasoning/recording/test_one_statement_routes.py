@@ -1,10 +1,11 @@
 """The single routes (open, a step, a batch of steps, a close) without a transaction around them.
 
-A request that names at most one stored flow reads it without a lock and is written as one
-statement, which PostgreSQL commits on its own (``reasoning.recording.ingest.write``,
-``core.bulk.one_statement``): no ``BEGIN``, ``SELECT … FOR UPDATE`` or ``COMMIT``. The statement's
-update of the flow refuses a flow whose step count or state moved since it was read
-(``reasoning_flow_moved``); the request is then written again under the flow's row lock.
+A request that names at most one stored flow takes it as this process last wrote it, or reads it
+without a lock, and is written as one statement, which PostgreSQL commits on its own
+(``reasoning.recording.ingest.write``, ``core.bulk.one_statement``): no ``BEGIN``,
+``SELECT … FOR UPDATE`` or ``COMMIT``. The statement's update of the flow refuses a flow whose step
+count or state moved since (``reasoning_flow_moved``); the request is then written again under the
+flow's row lock.
 
 These tests run outside a test transaction (``transaction=True``), as the server does: inside
 one, every request takes the transaction path.
@@ -24,6 +25,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from reasoning.models import ReasoningFlow, ReasoningStep
+from reasoning.recording.ingest import recent_flows
 from tests.factories import FLOWS, add_step, open_flow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,9 +52,10 @@ def test_open_step_and_close_need_no_begin_commit_or_row_lock(agent: APIClient) 
 
     (open_write,) = statements(opened)  # the flow and its audit event: one statement
     assert 'INSERT INTO "reasoning_flow"' in open_write and "INSERT INTO audit_event" in open_write
-    read, step_write = statements(stepped)  # the flow read without a lock, then one statement
-    assert read.startswith('SELECT "reasoning_flow"') and "FOR UPDATE" not in read
+    # The flow as this process wrote it (not read again), and the step: one statement.
+    (step_write,) = statements(stepped)
     assert 'INSERT INTO "reasoning_step"' in step_write and "reasoning_flow_moved" in step_write
+    # The close reads the flow's steps and the library's facts, then writes in one statement.
     close = statements(closed)
     close_write = next(n for n, sql in enumerate(close) if not sql.startswith("SELECT"))
     assert "UPDATE reasoning_flow" in close[close_write]
@@ -62,14 +65,29 @@ def test_open_step_and_close_need_no_begin_commit_or_row_lock(agent: APIClient) 
 
     stored = ReasoningFlow.objects.get(pk=flow["id"])
     assert (stored.flow_state, stored.step_count, stored.outcome_confidence) == ("completed", 1, 0.95)
-    assert list(
-        AuditEvent.objects.filter(action__startswith="reasoning.").order_by("id").values_list("action", flat=True)
-    ) == [
+    actions = AuditEvent.objects.filter(action__startswith="reasoning.").order_by("id")
+    assert list(actions.values_list("action", flat=True)) == [
         "reasoning.flow.started",
         "reasoning.step.created",
         "reasoning.flow.completed",
         "reasoning.pathway.extracted",
     ]
+
+
+def test_a_flow_another_process_wrote_is_read_without_a_lock(agent: APIClient) -> None:
+    flow = open_flow(agent, trigger_ref="q/1", agent="researcher")
+    add_step(agent, flow["id"])
+    recent_flows.clear()  # as in a process that did not write it
+
+    with CaptureQueriesContext(connection) as stepped:
+        response = agent.post(f"{FLOWS}/{flow['id']}/steps", STEP, format="json")
+
+    assert response.status_code == 201, response.content
+    assert response.json()["position"] == 2
+    read, step_write = statements(stepped)
+    assert read.startswith('SELECT "reasoning_flow"') and "FOR UPDATE" not in read
+    assert 'INSERT INTO "reasoning_step"' in step_write
+    assert ReasoningFlow.objects.get(pk=flow["id"]).step_count == 2
 
 
 @contextmanager
