@@ -44,7 +44,9 @@ def disqualifier(flow: ReasoningFlow) -> str | None:
     return None
 
 
-@transaction.atomic
+# No savepoint of its own: its callers (the close work, the demo data) let an error end their
+# transaction; the pathway's insert has the one a concurrent extraction needs.
+@transaction.atomic(savepoint=False)
 def extract_pathway(
     flow_id: uuid.UUID, *, actor: str = EXTRACTOR_ACTOR, flow: ReasoningFlow | None = None
 ) -> Pathway | None:
