@@ -365,8 +365,14 @@ def write_in_transaction(
     # The work the closes owe their receivers, committed with them (the outbox).
     owed, owed_write = close_work.owe(closing, now) if closing else ([], None)
     # The rows, their audit events and the work owed: one statement, one round trip (a statement
-    # costs the worker ~0.06 ms of CPU whatever it carries).
-    writes = [*_writes(plans, now, read), events_write([*_events(plans, actor), *close_events_of(closing)]), owed_write]
+    # costs the worker ~0.06 ms of CPU whatever it carries). The stored flows' update is its main
+    # query: PostgreSQL runs the main query first and the other parts after it, so a statement
+    # written without a lock takes the flows' row locks before it writes anything another writer
+    # could wait on (a step's position, a close's owed work). Holding one of those while waiting
+    # for a flow's lock would deadlock with a request that holds the lock and writes the same.
+    new_flows, new_steps, update = _writes(plans, now, read)
+    events = events_write([*_events(plans, actor), *close_events_of(closing)])
+    writes = [new_flows, new_steps, events, owed_write, update]
     if check is not None and any(write is not None for write in writes):
         writes.append(check)
     execute_writes(writes)
@@ -706,13 +712,15 @@ _EARLIER_STEPS = (
 # --- Writing -----------------------------------------------------------------------------------
 
 
-def _writes(plans: Sequence[Plan], now: datetime, read: Mapping[uuid.UUID, int]) -> list[Write | None]:
-    """The rows' writes, and what they owe the dashboard's rollups (``reasoning.rollups``) in the
-    same statements: the hour of every flow opened, closed or given a cost marked dirty, the
-    usage of every new step that reported tokens. ``read``: the step counts of stored flows read
-    without a lock, which the update checks."""
+def _writes(
+    plans: Sequence[Plan], now: datetime, read: Mapping[uuid.UUID, int]
+) -> tuple[Write | None, Write | None, Write | None]:
+    """The rows' writes (new flows, new steps, the stored flows' update; ``None``: nothing of the
+    kind), and what they owe the dashboard's rollups (``reasoning.rollups``) in the same
+    statements: the hour of every flow opened, closed or given a cost marked dirty, the usage of
+    every new step that reported tokens. ``read``: the step counts of stored flows read without a
+    lock, which the update checks."""
     new_flows = [plan.flow for plan in plans if plan.new_flow]
-    writes = [insert_write(new_flows, returning="created_at", then=rollups.MARK_HOURS)]
     steps: list[ReasoningStep] = []
     for plan in plans:
         for step in plan.new_steps:
@@ -721,19 +729,20 @@ def _writes(plans: Sequence[Plan], now: datetime, read: Mapping[uuid.UUID, int])
                 step.created_at = now
             steps.append(step)
     if any(rollups.reports_tokens(step) for step in steps):
-        writes.append(insert_write(steps, returning=rollups.USAGE_OF_STEPS, then=rollups.OWE_USAGE))
+        steps_write = insert_write(steps, returning=rollups.USAGE_OF_STEPS, then=rollups.OWE_USAGE)
     else:
-        writes.append(insert_write(steps))  # the plainer statement: planned in a third of the time
+        steps_write = insert_write(steps)  # the plainer statement: planned in a third of the time
     changed = [plan for plan in plans if not plan.new_flow and (plan.new_steps or plan.closing)]
-    if changed:
-        writes.append(
-            _update_flows(
-                [plan.flow for plan in changed],
-                [plan.closing or any(step.cost_usd is not None for step in plan.new_steps) for plan in changed],
-                read,
-            )
+    update = (
+        _update_flows(
+            [plan.flow for plan in changed],
+            [plan.closing or any(step.cost_usd is not None for step in plan.new_steps) for plan in changed],
+            read,
         )
-    return writes
+        if changed
+        else None
+    )
+    return insert_write(new_flows, returning="created_at", then=rollups.MARK_HOURS), steps_write, update
 
 
 def _update_flows(flows: Sequence[ReasoningFlow], rollup: Sequence[bool], read: Mapping[uuid.UUID, int]) -> Write:

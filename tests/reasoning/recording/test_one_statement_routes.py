@@ -13,6 +13,8 @@ one, every request takes the transaction path.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -163,3 +165,52 @@ def test_a_close_whose_flow_took_a_step_since_it_was_read_counts_it(agent: APICl
     # The close was computed again over both steps: the lower confidence is the flow's.
     assert (stored.flow_state, stored.step_count, stored.outcome_confidence) == ("completed", 2, 0.5)
     assert AuditEvent.objects.filter(action="reasoning.flow.completed").count() == 1
+
+
+def test_a_close_waits_for_the_flows_lock_before_writing_what_the_holder_writes(agent: APIClient) -> None:
+    """A request that holds the flow's row lock (a request written under the lock) and writes the
+    close's owed work for it does not wait for a close written without a lock: that one takes the
+    flow's lock before writing anything else, and waits. The other way round they would deadlock."""
+    flow = open_flow(agent, trigger_ref="q/1", agent="researcher")
+    add_step(agent, flow["id"], confidence=0.99)
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    answer: dict[str, Any] = {}
+
+    def close() -> None:
+        try:
+            answer["response"] = agent.patch(f"{FLOWS}/{flow['id']}", CLOSE, format="json")
+        finally:
+            connection.close()  # this thread's own
+
+    with psycopg.connect(**params, autocommit=True) as watcher, psycopg.connect(**params) as holder:
+        holder.execute("SET lock_timeout = '5s'")
+        holder.execute("SELECT id FROM reasoning_flow WHERE id = %s FOR UPDATE", [flow["id"]])
+        closing = threading.Thread(target=close)
+        closing.start()
+        deadline = time.monotonic() + 10
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        while watcher.execute(waiting).fetchone() != (1,):
+            assert time.monotonic() < deadline, "the close never waited for the flow's lock"
+            time.sleep(0.01)
+        # What a close under the lock writes: its owed work, then the flow (aborted here).
+        holder.execute(
+            "INSERT INTO reasoning_close_work (receiver, flow_id, created_at, next_attempt_at, attempts, last_error)"
+            " VALUES ('pathways.extract', %s, now(), now(), 0, '')",
+            [flow["id"]],
+        )
+        holder.execute(
+            "UPDATE reasoning_flow SET flow_state = 'aborted', abort_reason = 'timeout', closed_at = now()"
+            " WHERE id = %s",
+            [flow["id"]],
+        )
+        holder.commit()
+        closing.join(10)
+
+    assert answer["response"].status_code == 409, answer["response"].content  # closed meanwhile, differently
+    stored = ReasoningFlow.objects.get(pk=flow["id"])
+    assert (stored.flow_state, stored.abort_reason) == ("aborted", "timeout")
+    assert AuditEvent.objects.filter(action="reasoning.flow.completed").count() == 0
