@@ -92,14 +92,21 @@ def test_a_flow_another_process_wrote_is_read_without_a_lock(agent: APIClient) -
     assert ReasoningFlow.objects.get(pk=flow["id"]).step_count == 2
 
 
+def side_connection() -> dict[str, Any]:
+    """What ``psycopg.connect`` needs for a connection of its own to the test database (another
+    request's, in effect)."""
+    params: dict[str, Any] = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    return params
+
+
 @contextmanager
 def meanwhile(flow_id: str, *changes: str) -> Iterator[list[str]]:
     """Run ``changes`` (SQL of one ``%s``, the flow's id) from another connection, committed, just
     before the request's first write statement: as a concurrent request would between its read
     and its write. Yields the statements the request sent."""
-    params = connection.get_connection_params()
-    for key in ("cursor_factory", "context", "prepare_threshold"):
-        params.pop(key, None)
+    params = side_connection()
     sent: list[str] = []
 
     def wrapper(execute: Callable[..., Any], sql: str, params_: Any, many: bool, context: Any) -> Any:
@@ -173,9 +180,7 @@ def test_a_close_waits_for_the_flows_lock_before_writing_what_the_holder_writes(
     flow's lock before writing anything else, and waits. The other way round they would deadlock."""
     flow = open_flow(agent, trigger_ref="q/1", agent="researcher")
     add_step(agent, flow["id"], confidence=0.99)
-    params = connection.get_connection_params()
-    for key in ("cursor_factory", "context", "prepare_threshold"):
-        params.pop(key, None)
+    params = side_connection()
     answer: dict[str, Any] = {}
 
     def close() -> None:
