@@ -86,8 +86,8 @@ def extract_pathway(
         {"flow_id": str(flow_id), "trigger_type": pathway.trigger_type, "step_count": len(kinds)},
     )
     try:
-        # The row and its audit event in one statement (a third of the ORM's create and a record()
-        # after it); in a savepoint: a concurrent extraction of the same flow wins.
+        # The row and its audit event in one statement (not the ORM's create and a record() after
+        # it); in a savepoint: a concurrent extraction of the same flow wins.
         with transaction.atomic():
             execute_writes([insert_write([pathway]), events_write([extracted])])
     except IntegrityError:

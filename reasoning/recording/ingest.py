@@ -663,8 +663,9 @@ def _check_parents(
 
 def _close_all(plans: Sequence[Plan], *, stored_steps: Mapping[uuid.UUID, ReasoningStep], now: datetime) -> None:
     """Outcome confidence (the weakest step), summary guard and radar snapshot of every
-    closing flow. Stored steps are read in one query (the flows are locked, so the set is
-    final); this request's steps are in memory."""
+    closing flow. Stored steps are read in one query: the flows are locked, so the set is final,
+    or (written as one statement without a lock) the statement's update refuses a flow that took a
+    step since it was read. This request's steps are in memory."""
     if not plans:
         return
     facts: dict[uuid.UUID, list[StepFacts]] = {plan.flow.pk: [] for plan in plans}
