@@ -6,7 +6,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
 from django.db.models import F, QuerySet
@@ -14,13 +14,16 @@ from django.utils import timezone
 
 from audit.actions import Action
 from audit.services import Event, events_write, record
-from core.bulk import execute_writes, insert_write
+from core.bulk import Write, execute_writes, insert_write
 from core.errors import Conflict, NotFound
 from pathways.matcher import Candidate, active_client, check_query, match
 from pathways.models import Pathway, PathwayHit, parent_ref
 from pathways.radar import candidate_radars
 from pathways.stats import LibraryOverview, PathwayStats, library_overview, pathway_stats
 from reasoning.models import ReasoningFlow
+
+if TYPE_CHECKING:
+    from reasoning.signals import ClosingFlow
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +73,21 @@ def extract_pathway(
     if reason is not None:
         record(Action.PATHWAY_SKIPPED, actor=actor, target=flow, payload={"disqualifier": reason})
         return None
+    pathway, extracted = _seeded(flow, kinds, agents, actor)
+    try:
+        # The row and its audit event in one statement (not the ORM's create and a record() after
+        # it); in a savepoint: a concurrent extraction of the same flow wins.
+        with transaction.atomic():
+            execute_writes([insert_write([pathway]), events_write([extracted])])
+    except IntegrityError:
+        return Pathway.objects.get(seed_flow_id=flow_id)
+    pathway._state.adding = False  # stored, as save() leaves an instance
+    pathway._state.db = DEFAULT_DB_ALIAS
+    return pathway
+
+
+def _seeded(flow: ReasoningFlow, kinds: list[str], agents: Sequence[str], actor: str) -> tuple[Pathway, Event]:
+    """The pathway a qualifying flow seeds (unsaved), and its ``reasoning.pathway.extracted`` event."""
     pathway = Pathway(
         trigger_type=flow.trigger_type,
         trigger_ref=flow.trigger_ref,
@@ -83,18 +101,22 @@ def extract_pathway(
         Action.PATHWAY_EXTRACTED,
         actor,
         pathway,
-        {"flow_id": str(flow_id), "trigger_type": pathway.trigger_type, "step_count": len(kinds)},
+        {"flow_id": str(flow.pk), "trigger_type": pathway.trigger_type, "step_count": len(kinds)},
     )
-    try:
-        # The row and its audit event in one statement (not the ORM's create and a record() after
-        # it); in a savepoint: a concurrent extraction of the same flow wins.
-        with transaction.atomic():
-            execute_writes([insert_write([pathway]), events_write([extracted])])
-    except IntegrityError:
-        return Pathway.objects.get(seed_flow_id=flow_id)
-    pathway._state.adding = False  # stored, as save() leaves an instance
-    pathway._state.db = DEFAULT_DB_ALIAS
-    return pathway
+    return pathway, extracted
+
+
+def extraction_in_close(closing: Sequence[ClosingFlow]) -> tuple[list[Write], list[Event]]:
+    """Close receiver ``pathways.extract``, in the close itself (``CloseReceiver.in_close``): the
+    pathways the qualifying closing flows seed and their events, to be written by the closing
+    statement. No pathway can name a flow before its close (only a completed flow seeds one), so
+    there is none to look for, and the insert cannot meet a concurrent extraction."""
+    seeded = [
+        _seeded(flow, [fact.kind for fact in facts], [fact.agent for fact in facts], EXTRACTOR_ACTOR)
+        for flow, facts in closing
+    ]
+    write = insert_write([pathway for pathway, _ in seeded])  # None for none
+    return ([write] if write is not None else []), [event for _, event in seeded]
 
 
 _SEEDED_AND_STEPS = """

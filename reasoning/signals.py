@@ -14,6 +14,12 @@ registered provider for them and records them in the statement that records the 
 own events, so they commit with it, or not at all. The pathway extractor's skips
 (``reasoning.pathway.skipped``) come this way: most flows do not qualify, and a separate
 transaction per close for that one event would cost more than the close.
+
+A receiver whose work needs nothing but the closing flow and its steps (the pathway extractor)
+may also say how to do it in the close itself (``CloseReceiver.in_close``): when the close is
+written as one statement (``reasoning.recording.ingest``), that work is written by the same
+statement and nothing is owed. When it is not, or the statement fails, the close owes the work
+as above.
 """
 
 from __future__ import annotations
@@ -25,7 +31,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from audit.actions import Action
     from audit.services import Event
+    from core.bulk import Write
     from reasoning.models import ReasoningFlow
+    from reasoning.radar import StepFacts
+
+    # A closing flow, as the close computed it, and the facts of its steps, every one in order.
+    ClosingFlow = tuple[ReasoningFlow, Sequence[StepFacts]]
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,13 @@ class CloseReceiver:
     ``skipped_action`` with that reason). An exception is a failed attempt, retried later.
     ``failed_action``: audited when the last attempt failed. ``actor``: who the outbox's own
     events (skipped, failed) name.
+
+    ``in_close`` (optional): the same work for flows that owe it, done in the closing statement
+    instead of after it, when the work needs nothing the close does not have: given the flows and
+    their steps' facts, the writes and audit events that do it (``perform``'s, for a flow that
+    has no earlier result: a closing flow cannot have one). Pure, no query; an exception leaves
+    the work owed. The writes must not be able to fail for a valid flow: the close is written
+    again under the flow's lock, owing the work, if its statement fails.
     """
 
     key: str
@@ -48,6 +66,7 @@ class CloseReceiver:
     perform: Callable[[ReasoningFlow], str | None]
     skipped_action: Action
     failed_action: Action
+    in_close: Callable[[Sequence[ClosingFlow]], tuple[list[Write], list[Event]]] | None = None
 
 
 _receivers: dict[str, CloseReceiver] = {}

@@ -6,7 +6,9 @@ database goes away between the close's commit and the work, so:
 
 1. The close records the debt: one ``CloseWork`` row per receiver the flow owes work, written
    in the close's own transaction, in the statement that writes the close (``owe``). No debt
-   without its close, no close without it.
+   without its close, no close without it. A receiver whose work needs only the flow and its
+   steps (``CloseReceiver.in_close``: the pathway extractor) does it in that statement instead,
+   when the close is written as one statement: nothing is owed then, and nothing follows.
 2. Right after the commit, the request does the work (``perform_after_close``): the usual case,
    so a pathway exists when the close's answer arrives. Each row is done in one transaction:
    the row is locked (``SKIP LOCKED``: whoever holds it is doing it), the receiver does its
@@ -32,7 +34,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -42,10 +44,11 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from audit.actions import Action
-from audit.services import job_run, record
+from audit.services import Event, job_run, record
 from core import outage
 from core.bulk import Write, fetch, text_array, uuid_array
 from reasoning.models import CloseWork, ReasoningFlow
+from reasoning.radar import StepFacts
 from reasoning.signals import CloseReceiver, close_receivers
 
 logger = logging.getLogger(__name__)
@@ -62,20 +65,41 @@ RUN_BUDGET_S = 50.0
 Outcome = Literal["done", "skipped", "failed", "retry", "busy"]
 
 
-def owe(flows: Sequence[ReasoningFlow], now: datetime) -> tuple[list[tuple[str, ReasoningFlow]], Write | None]:
+def owe(
+    flows: Sequence[ReasoningFlow], now: datetime, facts: Mapping[uuid.UUID, Sequence[StepFacts]] | None = None
+) -> tuple[list[tuple[str, ReasoningFlow]], list[Write], list[Event]]:
     """The work the closing ``flows`` owe: the (receiver key, flow) pairs, for
-    ``perform_after_close``, and the write that records them (``None`` for none), to be sent with
-    the close's own rows in one statement (``core.bulk.execute_writes``: the close's transaction)."""
-    receivers = close_receivers()
-    owed = [(key, flow) for key, receiver in receivers.items() for flow in flows if receiver.owes(flow)]
-    if not owed:
-        return owed, None
-    return owed, Write(
-        "INSERT INTO reasoning_close_work (receiver, flow_id, created_at, next_attempt_at, attempts, last_error)"
-        " SELECT r, f, %s, %s, 0, '' FROM unnest(%s::varchar[], %s::uuid[]) AS t(r, f)"
-        " ON CONFLICT (flow_id, receiver) DO NOTHING",
-        (now, now, text_array(key for key, _ in owed), uuid_array(flow.pk for _, flow in owed)),
-    )
+    ``perform_after_close``, and the writes and audit events to be sent with the close's own rows
+    in one statement (``core.bulk.execute_writes``: the close's transaction). ``facts``: every
+    step of each flow (the close written as one statement, ``reasoning.recording.ingest``): a
+    receiver with ``in_close`` then does its work in that statement, and the flow owes it nothing;
+    without ``facts``, or should ``in_close`` raise, the work is owed."""
+    owed: list[tuple[str, ReasoningFlow]] = []
+    writes: list[Write] = []
+    events: list[Event] = []
+    for key, receiver in close_receivers().items():
+        owing = [flow for flow in flows if receiver.owes(flow)]
+        if owing and facts is not None and receiver.in_close is not None:
+            try:
+                done_writes, done_events = receiver.in_close([(flow, facts[flow.pk]) for flow in owing])
+            except Exception as exc:
+                logger.error("close work %s not done in the close (%s); it is owed", key, type(exc).__name__)
+            else:
+                writes += done_writes
+                events += done_events
+                continue
+        owed += [(key, flow) for flow in owing]
+    if owed:
+        writes.append(
+            Write(
+                "INSERT INTO reasoning_close_work"
+                " (receiver, flow_id, created_at, next_attempt_at, attempts, last_error)"
+                " SELECT r, f, %s, %s, 0, '' FROM unnest(%s::varchar[], %s::uuid[]) AS t(r, f)"
+                " ON CONFLICT (flow_id, receiver) DO NOTHING",
+                (now, now, text_array(key for key, _ in owed), uuid_array(flow.pk for _, flow in owed)),
+            )
+        )
+    return owed, writes, events
 
 
 def backoff(attempts: int) -> timedelta:

@@ -360,10 +360,12 @@ def write_in_transaction(
             continue
         plans.append(plan)
         results.append(Result("created"))  # filled in below
-    _close_all([plan for plan in plans if plan.closing], stored_steps=stored_steps, now=now)
+    facts = _close_all([plan for plan in plans if plan.closing], stored_steps=stored_steps, now=now)
     closing = [plan.flow for plan in plans if plan.closing]
-    # The work the closes owe their receivers, committed with them (the outbox).
-    owed, owed_write = close_work.owe(closing, now) if closing else ([], None)
+    # The work the closes owe their receivers, committed with them (the outbox); in one statement
+    # (no lock: its check refuses a flow that moved, and the close is written again under the lock,
+    # owing the work), what a receiver can do in the close itself is done in it.
+    owed, owed_writes, done_events = close_work.owe(closing, now, facts if unlocked else None)
     # The rows, their audit events and the work owed: one statement, one round trip (a statement
     # costs the worker ~0.06 ms of CPU whatever it carries). The stored flows' update is its main
     # query: PostgreSQL runs the main query first and the other parts after it, so a statement
@@ -371,8 +373,8 @@ def write_in_transaction(
     # could wait on (a step's position, a close's owed work). Holding one of those while waiting
     # for a flow's lock would deadlock with a request that holds the lock and writes the same.
     new_flows, new_steps, update = _writes(plans, now, read)
-    events = events_write([*_events(plans, actor), *close_events_of(closing)])
-    writes = [new_flows, new_steps, events, owed_write, update]
+    events = events_write([*_events(plans, actor), *close_events_of(closing), *done_events])
+    writes = [new_flows, new_steps, events, *owed_writes, update]
     if check is not None and any(write is not None for write in writes):
         writes.append(check)
     execute_writes(writes)
@@ -661,20 +663,24 @@ def _check_parents(
 # --- Closing, for all closing flows at once ----------------------------------------------------
 
 
-def _close_all(plans: Sequence[Plan], *, stored_steps: Mapping[uuid.UUID, ReasoningStep], now: datetime) -> None:
+def _close_all(
+    plans: Sequence[Plan], *, stored_steps: Mapping[uuid.UUID, ReasoningStep], now: datetime
+) -> dict[uuid.UUID, list[StepFacts]]:
     """Outcome confidence (the weakest step), summary guard and radar snapshot of every
-    closing flow. Stored steps are read in one query: the flows are locked, so the set is final,
-    or (written as one statement without a lock) the statement's update refuses a flow that took a
-    step since it was read. This request's steps are in memory."""
+    closing flow; returns the facts of each one's steps, every step in order. Stored steps are read
+    in one query: the flows are locked, so the set is final, or (written as one statement without a
+    lock) the statement's update refuses a flow that took a step since it was read. This request's
+    steps are in memory."""
     if not plans:
-        return
+        return {}
     facts: dict[uuid.UUID, list[StepFacts]] = {plan.flow.pk: [] for plan in plans}
     summaries: dict[uuid.UUID, list[str]] = {plan.flow.pk: [] for plan in plans}
     confidences: dict[uuid.UUID, list[float]] = {plan.flow.pk: [] for plan in plans}
-    earlier = [plan.flow.pk for plan in plans if not plan.new_flow]
+    earlier = [plan.flow for plan in plans if not plan.new_flow]
     if earlier:
         with bound_cursor() as cursor:
-            cursor.execute(_EARLIER_STEPS, [earlier])
+            # By the partition key too: the partitions of the flows' months only.
+            cursor.execute(_EARLIER_STEPS, [[flow.pk for flow in earlier], [flow.created_at for flow in earlier]])
             rows = cursor.fetchall()
         for flow_id, kind, agent, confidence, outputs, summary in rows:
             # Django has psycopg hand jsonb over as text (JSONField parses it); so do we.
@@ -700,13 +706,14 @@ def _close_all(plans: Sequence[Plan], *, stored_steps: Mapping[uuid.UUID, Reason
     radars = radars_of([plan.flow for plan in plans], facts, now=now, new=facts.keys())
     for plan in plans:
         plan.flow.dimensions_snapshot = radars[plan.flow.pk]
+    return facts
 
 
 # The stored steps of closing flows, as the radar, the outcome confidence and the summary guard read
 # them (a constant statement: cheaper than compiling the queryset on every close).
 _EARLIER_STEPS = (
     "SELECT flow_id, kind, agent, confidence, outputs, summary_text FROM reasoning_step"
-    " WHERE flow_id = ANY(%s) ORDER BY flow_id, position"
+    " WHERE flow_id = ANY(%s) AND flow_created_at = ANY(%s) ORDER BY flow_id, position"
 )
 
 

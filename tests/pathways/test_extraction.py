@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from pytest_django import DjangoCaptureOnCommitCallbacks
 from rest_framework.test import APIClient
 
+from audit.models import AuditEvent
 from core.errors import NotFound
 from pathways import services
 from pathways.models import Pathway
@@ -233,7 +234,7 @@ def test_extracting_an_unknown_flow_is_not_found() -> None:
 # --- Failures never fail the close ------------------------------------------------------
 
 
-def boom(flow_ids: Any, **kwargs: Any) -> None:
+def boom(*args: Any, **kwargs: Any) -> None:
     raise RuntimeError("extractor exploded")
 
 
@@ -280,9 +281,10 @@ def test_failed_extraction_does_not_fail_the_close(
 def test_failed_extraction_after_a_real_commit_still_answers_200(
     agent: APIClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Real commits: the first attempt runs inside the PATCH request itself, after the commit.
+    # Real commits: the close is one statement, which would extract the pathway itself; failing
+    # there, the work is owed, and the first attempt after the commit fails too.
     flow_id = open_flow_with_steps(agent, [step(0.95)])
-    monkeypatch.setattr(services, "extract_pathway", boom)
+    monkeypatch.setattr(services, "_seeded", boom)
 
     response = agent.patch(f"{FLOWS_URL}/{flow_id}", COMPLETE, format="json")
 
@@ -290,6 +292,37 @@ def test_failed_extraction_after_a_real_commit_still_answers_200(
     assert response.json()["flow_state"] == "completed"
     assert ReasoningFlow.objects.get(pk=flow_id).flow_state == ReasoningFlow.State.COMPLETED
     assert not Pathway.objects.exists()
+    (owed,) = owed_for([uuid.UUID(flow_id)])
+    assert (owed.attempts, owed.last_error) == (1, "RuntimeError")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_extraction_that_fails_in_the_close_is_owed_and_done_after_it(
+    agent: APIClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    flow_id = open_flow_with_steps(agent, [step(0.95)])
+    seeded = services._seeded
+    calls: list[str] = []
+
+    def fails_first(*args: Any, **kwargs: Any) -> Any:
+        calls.append("called")
+        if len(calls) == 1:
+            raise RuntimeError("extractor exploded")
+        return seeded(*args, **kwargs)
+
+    monkeypatch.setattr(services, "_seeded", fails_first)
+    with caplog.at_level(logging.ERROR):
+        response = agent.patch(f"{FLOWS_URL}/{flow_id}", COMPLETE, format="json")
+
+    assert response.status_code == 200, response.content
+    assert len(calls) == 2  # in the close, then after its commit
+    assert Pathway.objects.filter(seed_flow_id=uuid.UUID(flow_id)).count() == 1
+    assert owed_for([uuid.UUID(flow_id)]) == []
+    assert [e.action for e in AuditEvent.objects.filter(action__startswith="reasoning.").order_by("id")][-2:] == [
+        "reasoning.flow.completed",
+        "reasoning.pathway.extracted",
+    ]
+    assert any("not done in the close (RuntimeError); it is owed" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -301,3 +334,4 @@ def test_real_commit_extracts_the_pathway_during_the_close_request(agent: APICli
     assert response.status_code == 200
     assert Pathway.objects.filter(seed_flow_id=uuid.UUID(flow_id)).count() == 1
     assert len(events("reasoning.pathway.extracted")) == 1
+    assert owed_for([uuid.UUID(flow_id)]) == []  # done in the close's statement: never owed

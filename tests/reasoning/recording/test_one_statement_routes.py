@@ -26,7 +26,8 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
-from reasoning.models import ReasoningFlow, ReasoningStep
+from pathways.models import Pathway
+from reasoning.models import CloseWork, ReasoningFlow, ReasoningStep
 from reasoning.recording.ingest import recent_flows
 from tests.factories import FLOWS, add_step, open_flow
 
@@ -57,16 +58,18 @@ def test_open_step_and_close_need_no_begin_commit_or_row_lock(agent: APIClient) 
     # The flow as this process wrote it (not read again), and the step: one statement.
     (step_write,) = statements(stepped)
     assert 'INSERT INTO "reasoning_step"' in step_write and "reasoning_flow_moved" in step_write
-    # The close reads the flow's steps and the library's facts, then writes in one statement.
+    # The close reads the flow's steps and the library's facts, then writes in one statement: the
+    # close, and the pathway it seeds (nothing owed to the outbox, nothing after it).
     close = statements(closed)
-    close_write = next(n for n, sql in enumerate(close) if not sql.startswith("SELECT"))
-    assert "UPDATE reasoning_flow" in close[close_write]
-    assert not any(sql in ("BEGIN", "COMMIT") or "FOR UPDATE" in sql for sql in close[:close_write])
-    # After it, in a transaction of its own: the pathway the close owes (the outbox).
-    assert close[close_write + 1] == "BEGIN"
+    assert [sql.split()[0] for sql in close] == ["SELECT", "SELECT", "WITH"]
+    assert "UPDATE reasoning_flow" in close[2] and 'INSERT INTO "pathways_pathway"' in close[2]
+    assert "reasoning_close_work" not in close[2]
 
     stored = ReasoningFlow.objects.get(pk=flow["id"])
     assert (stored.flow_state, stored.step_count, stored.outcome_confidence) == ("completed", 1, 0.95)
+    pathway = Pathway.objects.get(seed_flow_id=flow["id"])
+    assert (pathway.step_kinds, pathway.agents, pathway.confidence) == (["retrieval"], ["researcher"], 0.95)
+    assert not CloseWork.objects.exists()
     actions = AuditEvent.objects.filter(action__startswith="reasoning.").order_by("id")
     assert list(actions.values_list("action", flat=True)) == [
         "reasoning.flow.started",
@@ -172,6 +175,35 @@ def test_a_close_whose_flow_took_a_step_since_it_was_read_counts_it(agent: APICl
     # The close was computed again over both steps: the lower confidence is the flow's.
     assert (stored.flow_state, stored.step_count, stored.outcome_confidence) == ("completed", 2, 0.5)
     assert AuditEvent.objects.filter(action="reasoning.flow.completed").count() == 1
+
+
+def test_a_close_written_again_under_the_lock_owes_its_pathway_and_it_is_extracted_after(agent: APIClient) -> None:
+    flow = open_flow(agent, trigger_ref="q/1", agent="researcher")
+    add_step(agent, flow["id"], confidence=0.99)
+    other_step = (
+        "INSERT INTO reasoning_step (id, flow_id, flow_created_at, position, extra_parent_ids, kind, agent,"
+        " summary_text, rationale, inputs, outputs, pii_fields, llm_call_log_ref, experiment_trace_ref,"
+        " decision_graph_node_ref, memory_claim_ref, span_id, request_hash, created_at, confidence)"
+        " SELECT gen_random_uuid(), id, created_at, 2, '{}', 'verdict', 'critic', 'Checked', '', '{}', '{}', '{}',"
+        " '', '', '', '', '', '', now(), 0.95 FROM reasoning_flow WHERE id = %s"
+    )
+
+    with meanwhile(flow["id"], other_step, "UPDATE reasoning_flow SET step_count = 2 WHERE id = %s") as sent:
+        response = agent.patch(f"{FLOWS}/{flow['id']}", CLOSE, format="json")
+
+    assert response.status_code == 200, response.content
+    refused = next(sql for sql in sent if "reasoning_flow_moved" in sql)
+    assert 'INSERT INTO "pathways_pathway"' in refused  # the extraction went with the refused statement
+    # Under the lock the close owed the extraction; done right after its commit, over both steps.
+    assert any("INSERT INTO reasoning_close_work" in sql for sql in sent)
+    pathway = Pathway.objects.get(seed_flow_id=flow["id"])
+    assert (pathway.step_kinds, pathway.agents, pathway.confidence) == (
+        ["retrieval", "verdict"],
+        ["critic", "researcher"],
+        0.95,
+    )
+    assert not CloseWork.objects.exists()
+    assert AuditEvent.objects.filter(action="reasoning.pathway.extracted").count() == 1
 
 
 def test_a_close_waits_for_the_flows_lock_before_writing_what_the_holder_writes(agent: APIClient) -> None:
