@@ -207,6 +207,11 @@ MIDDLEWARE = [
     "core.memory.ReleaseMemoryMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Answers the hot write routes (open, one step, close, OTLP traces) without URL resolution,
+    # DRF's request cycle or the middleware below, which serve pages and sessions: it checks the
+    # host and sets Content-Length (CommonMiddleware) and the replica pin cookie itself
+    # (reasoning/recording/hot_writes.py; HOT_WRITES=off: no).
+    "reasoning.recording.hot_writes.HotWritesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -220,9 +225,6 @@ MIDDLEWARE = [
     "core.replica.ReplicaReadsMiddleware",
     # Turns a locked-out login into the lockout page (429); django-axes asks to wrap the views.
     "axes.middleware.AxesMiddleware",
-    # Innermost: answers the hot write routes (open, one step, close, OTLP traces) without URL
-    # resolution and DRF's request cycle, calling what their views call (HOT_WRITES=off: no).
-    "reasoning.recording.hot_writes.HotWritesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"

@@ -36,7 +36,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +144,20 @@ class ReplicaRouter:
         return db == DEFAULT_DB_ALIAS
 
 
+def pin_after_write(request: HttpRequest, response: HttpResponseBase) -> None:
+    """With a replica: a write that succeeded pins its browser to the primary for
+    ``DATABASE_REPLICA_PIN_SECONDS`` (a cookie), so that it reads what it wrote."""
+    if configured() and request.method not in SAFE_METHODS and response.status_code < 400:
+        response.set_cookie(
+            PIN_COOKIE,
+            "1",
+            max_age=settings.DATABASE_REPLICA_PIN_SECONDS,
+            httponly=True,
+            samesite="Lax",
+            secure=settings.SESSION_COOKIE_SECURE,
+        )
+
+
 class ReplicaReadsMiddleware:
     """Opens ``replica_reads()`` around the listed views' GET/HEAD requests, and pins a browser
     that just wrote to the primary for ``DATABASE_REPLICA_PIN_SECONDS``."""
@@ -153,15 +167,7 @@ class ReplicaReadsMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        if configured() and request.method not in SAFE_METHODS and response.status_code < 400:
-            response.set_cookie(
-                PIN_COOKIE,
-                "1",
-                max_age=settings.DATABASE_REPLICA_PIN_SECONDS,
-                httponly=True,
-                samesite="Lax",
-                secure=settings.SESSION_COOKIE_SECURE,
-            )
+        pin_after_write(request, response)
         return response
 
     def process_view(

@@ -5,8 +5,14 @@ a close; an OpenTelemetry exporter sends ``POST /v1/traces``. These routes carry
 request the write path sees, and DRF's per-request machinery (its ``Request`` wrapper,
 negotiation, parser and renderer selection, authentication, permission and throttle classes,
 ``finalize_response``) costs more CPU than validating and storing a step. ``HotWritesMiddleware``
-(the innermost middleware, so every other middleware still runs: security headers, CSP, host
-checks, the replica pin cookie, request tracing, Django's request logging) answers them itself:
+answers them itself, placed after the middleware every answer needs (security headers, CSP, the
+chunked body's reading, Django's ``SecurityMiddleware``, WhiteNoise) and before the middleware of
+pages and sessions (sessions, CSRF, authentication by session, the operator's idle timeout,
+messages, htmx, replica reads, django-axes), which a Bearer-token write does not use. What of that
+inner middleware its answers need it does itself: the host check and ``Content-Length``
+(``CommonMiddleware``), the replica pin cookie after a write (``core.replica.pin_after_write``).
+Request tracing and Django's request logging are the handler's, not middleware, and run as always.
+It answers:
 
 * ``POST /api/reasoning/flows`` (open), ``POST /api/reasoning/flows/<id>/steps`` (one step),
   ``PATCH /api/reasoning/flows/<id>`` (close);
@@ -45,6 +51,7 @@ from rest_framework.renderers import JSONRenderer
 
 from core.api import StrictJSONParser, exception_handler
 from core.api_views import ApiView
+from core.replica import pin_after_write
 from reasoning.access import WriteRateThrottle
 from reasoning.auth import TokenPrincipal, authenticate_bearer, only_own_flows
 from reasoning.models import ApiToken
@@ -116,7 +123,8 @@ class HotWritesMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
-        if not settings.HOT_WRITES:
+        # PREPEND_WWW and DISALLOWED_USER_AGENTS are CommonMiddleware's to apply: the view's way.
+        if not settings.HOT_WRITES or settings.PREPEND_WWW or settings.DISALLOWED_USER_AGENTS:
             return self.get_response(request)
         method, path = request.method or "", request.path_info
         otlp = method == "POST" and path == _OTLP_PATH
@@ -133,6 +141,7 @@ class HotWritesMiddleware:
             or not _accepts_json(meta.get("HTTP_ACCEPT", ""))
         ):
             return self.get_response(request)
+        request.get_host()  # CommonMiddleware's check: DisallowedHost (400) for a host not allowed
         try:
             principal = authenticate_bearer(meta.get("HTTP_AUTHORIZATION", ""))
         except exceptions.AuthenticationFailed:
@@ -144,9 +153,13 @@ class HotWritesMiddleware:
         except RequestDataTooBig:
             return self.get_response(request)
         if found is None:  # POST /v1/traces
-            return self._answer_otlp(request, principal, body, content_type)
-        handler, allow = found
-        return self._answer(request, handler, allow, principal, body)
+            response = self._answer_otlp(request, principal, body, content_type)
+        else:
+            handler, allow = found
+            response = self._answer(request, handler, allow, principal, body)
+        response["Content-Length"] = str(len(response.content))  # as CommonMiddleware sets it
+        pin_after_write(request, response)
+        return response
 
     @staticmethod
     def _answer_otlp(request: HttpRequest, principal: TokenPrincipal, body: bytes, content_type: str) -> HttpResponse:

@@ -76,7 +76,9 @@ class Both:
         return call(path, body, format="json", **extra)
 
 
-def comparable(response: Any) -> tuple[int, Any, dict[str, str]]:
+def comparable(response: Any, *, sized: bool = True) -> tuple[int, Any, dict[str, str]]:
+    if sized:  # CommonMiddleware's, both ways (not on a refusal raised before it: a host not allowed)
+        assert response["Content-Length"] == str(len(response.content))
     headers = {name: value for name, value in response.items() if name not in _VOLATILE}
     try:
         body = response.json()
@@ -175,6 +177,22 @@ def test_a_refusal_is_the_same_both_ways_and_writes_nothing(
     hot = comparable(both.send(method, url, body, hot=True))
     drf = comparable(both.send(method, url, body, hot=False))
     assert hot[0] == status, hot
+    assert hot == drf
+    assert (ReasoningStep.objects.count(), AuditEvent.objects.count(), ReasoningFlow.objects.count()) == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [("post", "{flows}", OPEN), ("post", "{flows}/{flow}/steps", STEP), ("patch", "{flows}/{flow}", CLOSE)],
+)
+def test_a_host_not_allowed_is_refused_the_same_both_ways_and_writes_nothing(
+    both: Both, flow: dict[str, Any], method: str, path: str, body: Any
+) -> None:
+    url = path.format(flows=FLOWS, flow=flow["id"])
+    before = (ReasoningStep.objects.count(), AuditEvent.objects.count(), ReasoningFlow.objects.count())
+    hot = comparable(both.send(method, url, body, hot=True, HTTP_HOST="elsewhere.example"), sized=False)
+    drf = comparable(both.send(method, url, body, hot=False, HTTP_HOST="elsewhere.example"), sized=False)
+    assert hot[0] == 400, hot
     assert hot == drf
     assert (ReasoningStep.objects.count(), AuditEvent.objects.count(), ReasoningFlow.objects.count()) == before
 
