@@ -138,9 +138,11 @@ Rules, in evaluation order (``RULES``):
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import operator
 import re
+import secrets
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -1057,9 +1059,31 @@ RULES: tuple[str, ...] = tuple(name for name, _ in _RULES)
 
 
 def check_summary(text: str) -> GuardResult:
-    """``ok`` when no rule fires, else the name of the first rule (in ``RULES`` order) that did."""
+    """``ok`` when no rule fires, else the name of the first rule (in ``RULES`` order) that did.
+
+    The verdict is a function of the text alone, so the process keeps the last verdicts, by a
+    keyed digest of their text (never the text): summaries repeat (a step kind's generated
+    summary, an agent's fixed phrases), and a digest costs a fraction of the rules."""
     if not text:
         return _OK
+    key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16, key=_DIGEST_KEY).digest()
+    verdict = _verdicts.get(key)
+    if verdict is None:
+        verdict = _check(text)
+        if len(_verdicts) >= _VERDICTS_KEPT:
+            _verdicts.clear()  # a bound, not a policy: what repeats is back after a few texts
+        _verdicts[key] = verdict
+    return verdict
+
+
+# The digest's key, new in every process: the kept digests say nothing about a text to anyone
+# without it (a memory dump cannot be checked against guessed summaries).
+_DIGEST_KEY = secrets.token_bytes(32)
+_VERDICTS_KEPT = 8192
+_verdicts: dict[bytes, GuardResult] = {}
+
+
+def _check(text: str) -> GuardResult:
     folded = _fold(text)
     skeleton = _skeleton(folded)
     # Both views: the skeleton unmasks lookalike letters, the folded text keeps what the

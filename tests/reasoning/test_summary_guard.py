@@ -499,12 +499,12 @@ _WORDS = ["the", "agent", "reviewed", "guideline", "dose", "summary", "prompt", 
 def test_prefilters_never_change_a_verdict(text: str) -> None:
     from reasoning import summary_guard
 
-    filtered = summary_guard.check_summary(text)
+    filtered = summary_guard._check(text)
     original = summary_guard._Prefilter.may_match
     summary_guard._Prefilter.may_match = lambda self, text, lowered, has_digit: True  # type: ignore[method-assign]
     summary_guard._QUICK_REFUSAL = False
     try:
-        unfiltered = summary_guard.check_summary(text)
+        unfiltered = summary_guard._check(text)
     finally:
         summary_guard._Prefilter.may_match = original  # type: ignore[method-assign]
         summary_guard._QUICK_REFUSAL = True
@@ -521,12 +521,12 @@ def _verdicts(text: str) -> tuple[GuardResult, GuardResult, GuardResult]:
     pass replaced), and with every alternative run on every text."""
     from reasoning import summary_guard
 
-    one_pass = summary_guard.check_summary(text)
+    one_pass = summary_guard._check(text)
     summary_guard._QUICK_REFUSAL = False
     try:
-        per_alternative = summary_guard.check_summary(text)
+        per_alternative = summary_guard._check(text)
         with mock.patch.object(summary_guard._Prefilter, "may_match", lambda self, text, lowered, has_digit: True):
-            unfiltered = summary_guard.check_summary(text)
+            unfiltered = summary_guard._check(text)
     finally:
         summary_guard._QUICK_REFUSAL = True
     return one_pass, per_alternative, unfiltered
@@ -878,3 +878,30 @@ def test_campaign_of_probe_texts_keeps_every_verdict() -> None:
             differing.append((seed, text))
     print(f"\ncampaign: {_CAMPAIGN} texts, {len(differing)} differing; verdicts {dict(verdicts.most_common())}")
     assert differing == []
+
+
+# --- The verdicts a process keeps ---------------------------------------------------------------
+
+
+def test_a_kept_verdict_is_the_rules_verdict_and_keeps_no_text() -> None:
+    from reasoning import summary_guard
+
+    summary_guard._verdicts.clear()
+    texts = ["Retrieved the guideline", "Called patient Jane Doe", "MRN 123456789 reviewed", "Retrieved the guideline"]
+    first = [check_summary(text) for text in texts]
+    again = [check_summary(text) for text in texts]  # from the kept verdicts
+    assert first == again == [summary_guard._check(text) for text in texts]
+    assert not first[1].ok and not first[2].ok
+    assert len(summary_guard._verdicts) == 3
+    assert all(isinstance(key, bytes) and len(key) == 16 for key in summary_guard._verdicts)
+    assert not any(text.encode() in key for key in summary_guard._verdicts for text in texts)
+
+
+def test_the_kept_verdicts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reasoning import summary_guard
+
+    monkeypatch.setattr(summary_guard, "_VERDICTS_KEPT", 10)
+    summary_guard._verdicts.clear()
+    for n in range(25):
+        assert check_summary(f"Step {n} reviewed the evidence").ok
+    assert len(summary_guard._verdicts) <= 10
