@@ -124,6 +124,17 @@ def meanwhile(flow_id: str, *changes: str) -> Iterator[list[str]]:
         yield sent
 
 
+def second_step(confidence: float) -> str:
+    """SQL of one ``%s`` (the flow's id): another request's step at position 2, a critic's verdict."""
+    return (
+        "INSERT INTO reasoning_step (id, flow_id, flow_created_at, position, extra_parent_ids, kind, agent,"
+        " summary_text, rationale, inputs, outputs, pii_fields, llm_call_log_ref, experiment_trace_ref,"
+        " decision_graph_node_ref, memory_claim_ref, span_id, request_hash, created_at, confidence)"
+        " SELECT gen_random_uuid(), id, created_at, 2, '{}', 'verdict', 'critic', 'Checked', '', '{}', '{}', '{}',"
+        f" '', '', '', '', '', '', now(), {confidence} FROM reasoning_flow WHERE id = %s"
+    )
+
+
 def test_a_step_whose_flow_moved_since_it_was_read_is_written_after_it(agent: APIClient) -> None:
     flow = open_flow(agent, trigger_ref="q/1", agent="researcher")
     add_step(agent, flow["id"])
@@ -159,15 +170,8 @@ def test_a_step_on_a_flow_closed_since_it_was_read_is_refused(agent: APIClient) 
 def test_a_close_whose_flow_took_a_step_since_it_was_read_counts_it(agent: APIClient) -> None:
     flow = open_flow(agent, trigger_ref="q/1", agent="researcher")
     add_step(agent, flow["id"], confidence=0.99)
-    other_step = (
-        "INSERT INTO reasoning_step (id, flow_id, flow_created_at, position, extra_parent_ids, kind, agent,"
-        " summary_text, rationale, inputs, outputs, pii_fields, llm_call_log_ref, experiment_trace_ref,"
-        " decision_graph_node_ref, memory_claim_ref, span_id, request_hash, created_at, confidence)"
-        " SELECT gen_random_uuid(), id, created_at, 2, '{}', 'verdict', 'critic', 'Checked', '', '{}', '{}', '{}',"
-        " '', '', '', '', '', '', now(), 0.5 FROM reasoning_flow WHERE id = %s"
-    )
 
-    with meanwhile(flow["id"], other_step, "UPDATE reasoning_flow SET step_count = 2 WHERE id = %s"):
+    with meanwhile(flow["id"], second_step(0.5), "UPDATE reasoning_flow SET step_count = 2 WHERE id = %s"):
         response = agent.patch(f"{FLOWS}/{flow['id']}", CLOSE, format="json")
 
     assert response.status_code == 200, response.content
@@ -180,15 +184,8 @@ def test_a_close_whose_flow_took_a_step_since_it_was_read_counts_it(agent: APICl
 def test_a_close_written_again_under_the_lock_owes_its_pathway_and_it_is_extracted_after(agent: APIClient) -> None:
     flow = open_flow(agent, trigger_ref="q/1", agent="researcher")
     add_step(agent, flow["id"], confidence=0.99)
-    other_step = (
-        "INSERT INTO reasoning_step (id, flow_id, flow_created_at, position, extra_parent_ids, kind, agent,"
-        " summary_text, rationale, inputs, outputs, pii_fields, llm_call_log_ref, experiment_trace_ref,"
-        " decision_graph_node_ref, memory_claim_ref, span_id, request_hash, created_at, confidence)"
-        " SELECT gen_random_uuid(), id, created_at, 2, '{}', 'verdict', 'critic', 'Checked', '', '{}', '{}', '{}',"
-        " '', '', '', '', '', '', now(), 0.95 FROM reasoning_flow WHERE id = %s"
-    )
 
-    with meanwhile(flow["id"], other_step, "UPDATE reasoning_flow SET step_count = 2 WHERE id = %s") as sent:
+    with meanwhile(flow["id"], second_step(0.95), "UPDATE reasoning_flow SET step_count = 2 WHERE id = %s") as sent:
         response = agent.patch(f"{FLOWS}/{flow['id']}", CLOSE, format="json")
 
     assert response.status_code == 200, response.content
