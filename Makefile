@@ -120,6 +120,7 @@ bench: db wrk $(BENCH_TOOLS)/bin/py-spy
 	$(BIN)/python bench/bench_export.py
 	$(BIN)/python bench/bench_drift.py
 	$(BIN)/python bench/bench_audit_log.py
+	$(BIN)/python bench/bench_idle.py
 
 # The operators' flow list over 1,000,000 flows (server time in process).
 bench-flow-list: db

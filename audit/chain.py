@@ -145,6 +145,8 @@ def chain_all(batch_size: int = 1000) -> int:
 # First and longest pause after losing the database.
 RECONNECT_FIRST_S = 0.5
 RECONNECT_MAX_S = 30.0
+# The longest pause between two polls that find nothing (``run_chainer``'s ``idle_interval``).
+IDLE_POLL_MAX_S = 1.0
 
 
 def run_chainer(
@@ -155,9 +157,14 @@ def run_chainer(
     until: float | None = None,
     once: bool = False,
     max_backoff: float = RECONNECT_MAX_S,
+    idle_interval: float = IDLE_POLL_MAX_S,
 ) -> int:
     """Poll and link until ``should_stop()`` (or ``time.monotonic()`` passes ``until``, or,
     with ``once``, the queue is drained); return the rows consumed.
+
+    While events come, a poll every ``interval`` seconds; each poll that finds none doubles the
+    pause, up to ``idle_interval``: an idle chainer costs a query a second, not twenty, and an
+    event written after a quiet spell waits at most ``idle_interval`` for its link.
 
     A lost database connection (a restart, a failover, a terminated backend) is logged,
     the connection discarded, and the loop retries with exponential backoff capped at
@@ -166,6 +173,7 @@ def run_chainer(
     total = 0
     backoff = 0.0
     held: Any = None
+    pause = interval
     try:
         while not should_stop() and (until is None or time.monotonic() < until):
             try:
@@ -189,7 +197,8 @@ def run_chainer(
             if linked < batch_size:
                 if once:
                     break
-                _sleep(interval, should_stop)
+                pause = interval if linked else min(pause * 2, max(idle_interval, interval))
+                _sleep(pause, should_stop)
                 close_old_connections()
     finally:
         if held is not None and connection.connection is held:
@@ -232,11 +241,16 @@ def _discard_connection() -> None:
         connection.close()
 
 
+# A pause is slept in slices this long, so that a stop request is seen within one. Each wake-up
+# costs the process about a millisecond of CPU on the 2-core VMs (bench/bench_idle.py).
+_SLICE_S = 0.5
+
+
 def _sleep(seconds: float, should_stop: Callable[[], bool]) -> None:
-    # Short slices, so a stop request (a signal handler setting a flag) is seen quickly.
+    # Slices: a stop request (a signal handler setting a flag) does not end a time.sleep.
     deadline = time.monotonic() + seconds
     while not should_stop() and (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(left, 0.1))
+        time.sleep(min(left, _SLICE_S))
 
 
 # --- Lag -------------------------------------------------------------------------------

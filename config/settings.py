@@ -444,6 +444,9 @@ Q_CLUSTER = {
     "catch_up": False,
     "max_attempts": 1,
     "poll": 1,
+    # The guard saves the cluster's status to the (database) cache every cycle, a handful of
+    # statements; every 2 s rather than django-q2's 0.5 s (the status expires after 3 s).
+    "guard_cycle": 2,
 }
 
 # Flows still active after this many hours are aborted with reason "timeout".

@@ -44,9 +44,10 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
+from encrypted_model_fields import fields as encrypted_fields
 
 # How insert_write turns a field's values into its row's JSON (judged once per field, _statement).
-_AS_IS, _FLOAT, _DATETIME, _PLAIN, _PREPARED = range(5)
+_AS_IS, _FLOAT, _DATETIME, _PLAIN, _ENCRYPTED, _PREPARED = range(6)
 _Column = tuple[str, Callable[[models.Model], Any], int, type | None, models.Field[Any, Any]]
 
 
@@ -72,6 +73,8 @@ def _treatment(field: models.Field[Any, Any]) -> tuple[int, type | None]:
         return _DATETIME, None
     if plain := _PLAIN_FIELDS.get(type(field)):
         return _PLAIN, plain
+    if type(field) is encrypted_fields.EncryptedTextField:
+        return _ENCRYPTED, None
     return _PREPARED, None
 
 
@@ -447,6 +450,18 @@ def insert_write(objs: Sequence[models.Model], *, returning: str = "", then: str
         elif treatment == _FLOAT:
             for row, value in zip(rows, values, strict=True):
                 row[column] = _float(value)
+        elif treatment == _ENCRYPTED:
+            # Text is encrypted as it is: get_db_prep_save would first try to decrypt it (to_python),
+            # an exception for every value, and then encrypt it the same way.
+            encrypt = encrypted_fields.encrypt_str  # read now: the key may have been rotated (tests)
+            for row, value in zip(rows, values, strict=True):
+                row[column] = (
+                    value
+                    if value is None
+                    else encrypt(value).decode("ascii")
+                    if value.__class__ is str
+                    else field.get_db_prep_save(value, db)
+                )
         else:
             for row, value in zip(rows, values, strict=True):
                 row[column] = field.get_db_prep_save(value, db)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
+from encrypted_model_fields import fields as encrypted_fields
 
 from core.bulk import (
     Write,
@@ -127,6 +128,17 @@ def test_encrypted_fields_are_encrypted_as_save_would() -> None:
     assert all("Jane" not in value for value in ciphertexts)
     stored = ReasoningStep.objects.get(pk=row.pk)
     assert (stored.inputs_pii, stored.reasoning_content) == ('{"name": "Jane Example"}', "Thinking about Jane Example")
+
+
+def test_encrypted_text_is_read_back_as_given_even_when_it_is_a_token_of_the_key() -> None:
+    """The fields' get_db_prep_save first decrypts what it is given when it can: text that is a token
+    of the key would be stored as its plaintext. The write path stores the text it was given."""
+    token = encrypted_fields.encrypt_str("Jane Example").decode()
+    row = step(flow(), 1, reasoning_content=token)
+
+    insert_rows([row])
+
+    assert ReasoningStep.objects.get(pk=row.pk).reasoning_content == token
 
 
 def test_one_statement_whatever_the_number_of_rows() -> None:

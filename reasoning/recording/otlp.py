@@ -251,6 +251,15 @@ _STEP_ATTRIBUTES = {
 _USED_REASONING_ATTRIBUTES = frozenset(_FLOW_ATTRIBUTES) | frozenset(_STEP_ATTRIBUTES)
 
 
+def _keyed(wanted: dict[str, tuple[str, ...]]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """``_reasoning_attributes``' form of a table: each name with its attribute key, made once."""
+    return tuple((f"reasoning.{name}", name, types) for name, types in wanted.items())
+
+
+_FLOW_KEYS, _STEP_KEYS = _keyed(_FLOW_ATTRIBUTES), _keyed(_STEP_ATTRIBUTES)
+_STEP_NAMES = frozenset(_STEP_ATTRIBUTES)
+
+
 class OtlpBodyError(ValueError):
     """The whole body is unusable; the message names the problem, for the client that sent it."""
 
@@ -566,8 +575,8 @@ def _mapped(
         if len(event.attributes) > MAX_ATTRIBUTES:
             raise _Problem(f"has an event with {len(event.attributes)} attributes; at most {MAX_ATTRIBUTES}")
     attributes = {attribute.key: attribute.value for attribute in span.attributes}
-    own_flow = _reasoning_attributes(attributes, _FLOW_ATTRIBUTES)
-    own_step = _reasoning_attributes(attributes, _STEP_ATTRIBUTES)
+    own_flow = _reasoning_attributes(attributes, _FLOW_KEYS)
+    own_step = _reasoning_attributes(attributes, _STEP_KEYS)
     failed = span.status.code == Status.STATUS_CODE_ERROR
     facts = conventions.read(attributes, status_error=failed, exception_type=_exception_type(span))
     kind = _kind(facts, attributes)
@@ -587,6 +596,7 @@ def _mapped(
         error_type = "span_error"
 
     opens_flow = not parent_span_id
+    start = _time(span.start_time_unix_nano)
     flow: dict[str, Any] = {}
     close: dict[str, Any] = {}
     if opens_flow or kind == conventions.AGENT:
@@ -607,15 +617,16 @@ def _mapped(
             agent_label,
             tool,
             error_type,
+            start,
             keep_content=keep_content,
-            used=_USED_REASONING_ATTRIBUTES if flow else frozenset(_STEP_ATTRIBUTES),
+            used=_USED_REASONING_ATTRIBUTES if flow else _STEP_NAMES,
         )
     mapped = MappedSpan(
         trace_id=trace_id,
         span_id=span_id,
         parent_span_id=parent_span_id,
         name=_storable(span.name),
-        start=_time(span.start_time_unix_nano),
+        start=start,
         end=_time(span.end_time_unix_nano),
         opens_flow=opens_flow,
         flow=flow,
@@ -719,15 +730,16 @@ def _step(
     named_agent: str,
     tool: str | None,
     error_type: str,
+    start: datetime,
     *,
     keep_content: bool,
     used: frozenset[str],
 ) -> dict[str, Any]:
     """The step fields of a span. ``agent``: its agent or the fallback; ``named_agent``: the one it
-    names ("" when none); ``used``: the ``reasoning.*`` attribute names this span's mapping took."""
+    names ("" when none); ``start``: its start time; ``used``: the ``reasoning.*`` attribute names
+    this span's mapping took."""
     model = _plain_line((facts.model or "")[: 4 * MAX_MODEL])[:MAX_MODEL].strip()
     tool_name = _plain_line((tool or "")[: 4 * MAX_TOOL])[:MAX_TOOL].strip()
-    start = _time(span.start_time_unix_nano)
     step: dict[str, Any] = {
         "kind": own.get("kind", kind),
         "agent": agent,
@@ -802,14 +814,17 @@ def _add_pii(pii: list[str], key: str) -> None:
         pii.append(key)
 
 
-def _reasoning_attributes(attributes: dict[str, AnyValue], wanted: dict[str, tuple[str, ...]]) -> dict[str, Any]:
-    """The ``reasoning.<name>`` attributes present among ``wanted``, unchanged; a wrong type is a problem.
+def _reasoning_attributes(
+    attributes: dict[str, AnyValue], wanted: tuple[tuple[str, str, tuple[str, ...]], ...]
+) -> dict[str, Any]:
+    """The ``reasoning.<name>`` attributes present among ``wanted`` (``_keyed``), unchanged; a wrong
+    type is a problem.
 
     An empty string counts as absent (SDKs send "" for unset), so the mapping's default applies.
     """
     found: dict[str, Any] = {}
-    for name, types in wanted.items():
-        value = attributes.get(f"reasoning.{name}")
+    for key, name, types in wanted:
+        value = attributes.get(key)
         if value is None:
             continue
         which = value.WhichOneof("value")
@@ -998,6 +1013,8 @@ def _storable(text: str) -> str:
 
 def _plain_line(text: str) -> str:
     """One line of plain text: forbidden characters removed (separators as spaces), whitespace collapsed."""
+    if text.isascii() and text.isprintable():
+        return " ".join(text.split())  # no ASCII character but a control one is forbidden (Cc)
     kept = []
     for char in text:
         if unicodedata.category(char) in FORBIDDEN_TEXT_CATEGORIES:

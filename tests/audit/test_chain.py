@@ -28,6 +28,7 @@ from audit.chain import (
     chain_pending,
     chainer_loop_running,
     id_predicate,
+    run_chainer,
 )
 from audit.jobs import run_chainer as run_chainer_job
 from audit.models import AuditChainLink, AuditEvent, AuditPending
@@ -340,6 +341,43 @@ def test_audit_chainer_once_links_past_a_stray_queue_row(db: None) -> None:
             signal.signal(sig, handler)
 
     assert later[0] in [link.event_id for link in _links()]
+
+
+# --- the loop's pauses -----------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_chainer_backs_off_and_an_event_brings_back_its_short_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    pauses: list[float] = []
+    written: list[int] = []
+
+    def sleep(seconds: float, should_stop: object) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 5:
+            written.extend(_record_events(1))  # committed while the chainer waits
+
+    monkeypatch.setattr("audit.chain._sleep", sleep)
+    linked = run_chainer(lambda: len(pauses) >= 8, interval=0.05, idle_interval=0.3)
+
+    # Nothing to link: the pause doubles up to idle_interval. The event is linked at the next
+    # poll, which pauses the short interval again; then it backs off anew.
+    assert pauses == pytest.approx([0.1, 0.2, 0.3, 0.3, 0.3, 0.05, 0.1, 0.2])
+    assert linked == 1
+    assert [link.event_id for link in _links()] == written
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chainer_with_events_coming_keeps_its_short_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    pauses: list[float] = []
+
+    def sleep(seconds: float, should_stop: object) -> None:
+        pauses.append(seconds)
+        _record_events(1)
+
+    monkeypatch.setattr("audit.chain._sleep", sleep)
+    _record_events(1)
+    assert run_chainer(lambda: len(pauses) >= 4, interval=0.05, idle_interval=1.0) == 4
+    assert pauses == [0.05] * 4
 
 
 # --- the scheduled job -----------------------------------------------------------------

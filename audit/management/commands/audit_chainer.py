@@ -11,14 +11,23 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from audit.chain import RECONNECT_MAX_S, run_chainer
+from audit.chain import IDLE_POLL_MAX_S, RECONNECT_MAX_S, run_chainer
 
 
 class Command(BaseCommand):
-    help = "Link committed audit events into the hash chain, polling every --interval seconds."
+    help = (
+        "Link committed audit events into the hash chain, polling every --interval seconds while events"
+        " come and backing off to --idle-interval when none do."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--interval", type=float, default=0.05, help="Idle poll interval in seconds.")
+        parser.add_argument("--interval", type=float, default=0.05, help="Poll interval while events come, in seconds.")
+        parser.add_argument(
+            "--idle-interval",
+            type=float,
+            default=IDLE_POLL_MAX_S,
+            help="Longest pause between polls that find nothing (each doubles it from --interval), in seconds.",
+        )
         parser.add_argument("--batch-size", type=int, default=1000)
         parser.add_argument("--once", action="store_true", help="Link what is pending, then exit.")
         parser.add_argument(
@@ -40,6 +49,7 @@ class Command(BaseCommand):
         run_chainer(
             lambda: stopping,
             interval=options["interval"],
+            idle_interval=options["idle_interval"],
             batch_size=options["batch_size"],
             once=options["once"],
             max_backoff=options["max_backoff"],
