@@ -4,9 +4,10 @@
 2. Starts what ``make run`` starts (``scripts/run.py``: gunicorn's workers, the django-q2 cluster,
    the audit chainer) against it, waits until the server answers, sends nothing, and lets it
    settle for ``--settle`` seconds (the cluster's first schedule run, the workers' start).
-3. Measures for ``--seconds`` the CPU (user + system) of each process of the stack and of the
-   PostgreSQL server's processes (all of them: the chainer's and the job worker's queries run in
-   their backends; anything else on the server counts too, so run it on a quiet server).
+3. Measures for ``--seconds`` the time each process of the stack ran on a CPU (the scheduler's
+   count, ``run_time``), and that of the PostgreSQL server's processes (all of them: the chainer's
+   and the job worker's queries run in their backends; anything else on the server counts too, so
+   run it on a quiet server).
 4. Prints ``idle_cpu_pct=<n> idle_web_cpu_pct=<n> idle_jobs_cpu_pct=<n> idle_chainer_cpu_pct=<n>
    idle_pg_cpu_pct=<n>``: percent of one core, the stack's processes and PostgreSQL's together,
    then by component, each against ``bench/baseline.txt``; drops the database.
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import psutil
 from bench_common import (
@@ -68,11 +70,28 @@ def cpu_by_role(supervisor: int, postgres: int | None) -> dict[int, tuple[str, f
         groups += [(pg_root, "pg"), *((child, "pg") for child in pg_root.children(recursive=True))]
     for process, fixed in groups:
         try:
-            times = process.cpu_times()
-            seen[process.pid] = (fixed or role(process), times.user + times.system)
+            seen[process.pid] = (fixed or role(process), run_time(process))
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             continue
     return seen
+
+
+def run_time(process: psutil.Process) -> float:
+    """Seconds a process's threads have run: the scheduler's own count (``/proc/<pid>/task/*/schedstat``,
+    nanoseconds) where there is one, else user + system time. At rest a process runs for moments,
+    which the clock-tick count of user and system time charges to whichever process the tick finds
+    running: it moved by points of a core from run to run."""
+    try:
+        return (
+            sum(
+                int(Path(f"/proc/{process.pid}/task/{task}/schedstat").read_text().split()[0])
+                for task in os.listdir(f"/proc/{process.pid}/task")
+            )
+            / 1e9
+        )
+    except (OSError, ValueError, IndexError):
+        times = process.cpu_times()
+        return float(times.user + times.system)
 
 
 def main() -> int:
