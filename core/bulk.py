@@ -453,7 +453,7 @@ def insert_write(objs: Sequence[models.Model], *, returning: str = "", then: str
         elif treatment == _ENCRYPTED:
             # Text is encrypted as it is: get_db_prep_save would first try to decrypt it (to_python),
             # an exception for every value, and then encrypt it the same way.
-            encrypt = encrypted_fields.encrypt_str  # read now: the key may have been rotated (tests)
+            encrypt = encrypted_fields.encrypt_str  # the field's own: its module's keys (CRYPTER)
             for row, value in zip(rows, values, strict=True):
                 row[column] = (
                     value
