@@ -242,7 +242,8 @@ def _discard_connection() -> None:
 
 
 # A pause is slept in slices this long, so that a stop request is seen within one. Each wake-up
-# costs the process about a millisecond of CPU on the 2-core VMs (bench/bench_idle.py).
+# from a timed sleep costs the process about a millisecond of CPU on the 2-core VMs
+# (docs/performance.md, "At rest").
 _SLICE_S = 0.5
 
 
