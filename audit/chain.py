@@ -32,7 +32,7 @@ from audit import tree
 from audit.actions import Action
 from audit.canonical import GENESIS_HASH, link_hash
 from audit.services import record
-from core.bulk import int_array, sql_constant, text_array
+from core.bulk import execute_unplanned, int_array, sql_constant, text_array
 
 logger = logging.getLogger(__name__)
 
@@ -61,15 +61,11 @@ def chain_pending(batch_size: int = 1000, *, wait: bool = True) -> int:
             if not locked or not locked[0]:
                 return 0
         cursor.execute("SELECT set_config(%s, 'on', true)", [CHAINER_SETTING])
-        # The batch's size a constant of the text: with it a parameter, PostgreSQL planned this
-        # statement again for every batch (core.bulk.sql_constant).
-        cursor.execute(
-            f"""
-            DELETE FROM audit_pending
-            WHERE event_id IN (SELECT event_id FROM audit_pending ORDER BY event_id LIMIT {sql_constant(batch_size)})
-            RETURNING event_id
-            """  # noqa: S608 (a constant)
-        )
+        # Planned at each batch from the queue's size now (a plan kept from a moment the queue was
+        # empty joins it to itself by nested loops: seconds a batch once it holds thousands); the
+        # rows by their tuple ids, so the plan reads the batch, not the queue.
+        oldest = f"SELECT ctid FROM audit_pending ORDER BY event_id LIMIT {sql_constant(batch_size)}"  # noqa: S608 (a constant)
+        execute_unplanned(cursor, f"DELETE FROM audit_pending WHERE ctid = ANY(ARRAY({oldest})) RETURNING event_id")  # noqa: S608
         event_ids = sorted(row[0] for row in cursor.fetchall())
         if not event_ids:
             return 0

@@ -203,6 +203,16 @@ def sql_constant(value: int | str) -> str:
     raise ValueError(f"not a constant for a statement's text: {value!r}")
 
 
+def execute_unplanned(cursor: CursorWrapper, statement: str, params: Sequence[Any] | None = None) -> None:
+    """Run ``statement`` without preparing it, so PostgreSQL plans it at this execution from the
+    tables' sizes now. A prepared statement keeps the plan it was given when it was prepared: one
+    over a queue that autovacuum had just found empty (``reltuples`` 0) stays a nested loop over
+    sequential scans while the queue grows to thousands of rows, and a batch that should take a
+    millisecond takes seconds (docs/performance.md, "Plans made for an empty queue"). For statements
+    that each do a batch's work: planning one costs a fraction of a millisecond."""
+    cursor.cursor.execute(statement, params, prepare=False)
+
+
 def opaque_array(sql_type: str) -> str:
     """An array parameter of ``sql_type`` (``uuid[]``, ``text[]``) written so that the planner cannot
     see its elements: ``(SELECT %s::uuid[])::uuid[]``, one placeholder. PostgreSQL keeps planning a

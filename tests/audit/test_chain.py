@@ -32,7 +32,7 @@ from audit.chain import (
 )
 from audit.jobs import run_chainer as run_chainer_job
 from audit.models import AuditChainLink, AuditEvent, AuditPending
-from audit.services import record
+from audit.services import Event, record, record_many
 from audit.verify import verify_chain
 
 # Generous bound for thread hand-offs; a healthy run takes milliseconds.
@@ -106,6 +106,26 @@ def test_chain_all_links_every_pending_event_across_batches(db: None) -> None:
 def test_chain_pending_with_nothing_pending_links_nothing(db: None) -> None:
     assert chain_pending() == 0
     assert not AuditChainLink.objects.exists()
+
+
+def test_a_burst_after_the_queue_was_found_empty_is_linked_by_plans_of_its_size(db: None) -> None:
+    # Autovacuum finding the queue empty leaves its statistics at 0 rows. A statement the
+    # connection had prepared then (after DB_PREPARE_THRESHOLD polls of the empty queue) kept a
+    # nested loop over sequential scans of the queue: seconds a batch once a burst filled it.
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE audit_pending")
+    for _ in range(settings.DATABASES["default"]["OPTIONS"]["prepare_threshold"] + 3):
+        assert chain_pending() == 0
+    with transaction.atomic():
+        ids = record_many([Event(Action.STEP_CREATED, "system:test", ("test.item", i), {"i": i}) for i in range(1500)])
+
+    assert chain_all() == 1500
+
+    assert [link.event_id for link in _links()] == ids
+    assert verify_chain().ok
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s", ["%audit_pending%"])
+        assert cursor.fetchall() == []  # planned at each batch, from the queue's size then
 
 
 def test_audit_chainer_once_links_everything_pending_even_past_one_batch(db: None) -> None:
