@@ -210,7 +210,11 @@ def execute_unplanned(cursor: CursorWrapper, statement: str, params: Sequence[An
     sequential scans while the queue grows to thousands of rows, and a batch that should take a
     millisecond takes seconds (docs/performance.md, "Plans made for an empty queue"). For statements
     that each do a batch's work: planning one costs a fraction of a millisecond."""
-    cursor.cursor.execute(statement, params, prepare=False)
+    # What Django's cursor does around a statement: refuse a broken transaction, raise Django's errors
+    # (the chainer reconnects on Django's OperationalError, not psycopg's).
+    cursor.db.validate_no_broken_transaction()
+    with cursor.db.wrap_database_errors:
+        cursor.cursor.execute(statement, params, prepare=False)
 
 
 def opaque_array(sql_type: str) -> str:

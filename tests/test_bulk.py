@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from encrypted_model_fields import fields as encrypted_fields
 
@@ -21,6 +21,7 @@ from core.bulk import (
     _json_default,
     after_commit,
     bytea_array,
+    execute_unplanned,
     execute_writes,
     fetch,
     in_one_statement,
@@ -433,3 +434,15 @@ def test_new_instance_leaves_relations_by_name_and_unknown_names_to_the_construc
     assert new_instance(ReasoningStep, {"flow": owner}).flow_id == owner.pk
     with pytest.raises(TypeError, match="unexpected keyword"):
         new_instance(ReasoningStep, {"no_such_field": 1})
+
+
+@pytest.mark.django_db
+def test_execute_unplanned_runs_the_statement_unprepared_and_raises_djangos_errors() -> None:
+    with connection.cursor() as cursor:
+        for _ in range(10):  # past DB_PREPARE_THRESHOLD: a prepared statement would show below
+            execute_unplanned(cursor, "SELECT %s::int + 1 AS unplanned_probe", [41])
+            assert cursor.fetchone() == (42,)
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%unplanned_probe%"])
+        assert cursor.fetchone() == (0,)
+        with pytest.raises(ProgrammingError), transaction.atomic():  # Django's, as the chainer's loop expects
+            execute_unplanned(cursor, "SELECT * FROM no_such_table_here")
