@@ -24,6 +24,7 @@ from core.api_views import (
     ApiView,
     parse_uuid,
 )
+from core.compiled_serializers import one_time_zone
 from core.serializers import validated
 from reasoning.access import CanReadNarrative, NarrativeReadThrottle, patient_of
 from reasoning.auth import BearerTokenAuthentication, CanWrite, changes_only_own_flows
@@ -344,7 +345,8 @@ class StepBatchView(ApiView):
     def post(self, request: Request, flow_id: str) -> Response:
         pk = parse_uuid(flow_id, "flow_id")
         try:
-            body = validated(StepBatchSerializer, request.data)
+            with one_time_zone():  # the steps' date-times in one time zone, read once
+                body = validated(StepBatchSerializer, request.data)
         except ValidationError as exc:
             raise ValidationError(name_the_steps(exc.detail)) from None  # type: ignore[arg-type]
         steps, created = services.add_steps(

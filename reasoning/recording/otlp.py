@@ -445,10 +445,7 @@ class _Problem(Exception):
 class _Resource:
     service_name: str  # "" when absent
     agent: str  # the resource's gen_ai.agent.name or agent.name, as a label; "" when absent
-
-    @property
-    def fallback_agent(self) -> str:
-        return self.agent or _label(self.service_name, MAX_LABEL) or "otlp"
+    fallback_agent: str  # the agent of its spans that name none: its agent, else its service's name, else "otlp"
 
 
 def span_count(request: ExportTraceServiceRequest) -> int:
@@ -487,8 +484,9 @@ def _resource(resource_spans: ResourceSpans) -> _Resource:
             value = conventions.text(attribute.value)
             if value is not None:
                 found.setdefault(attribute.key, value)
-    agent = found.get("gen_ai.agent.name") or found.get("agent.name") or ""
-    return _Resource(found.get("service.name", ""), _label(agent, MAX_LABEL))
+    agent = _label(found.get("gen_ai.agent.name") or found.get("agent.name") or "", MAX_LABEL)
+    service_name = found.get("service.name", "")
+    return _Resource(service_name, agent, agent or _label(service_name, MAX_LABEL) or "otlp")
 
 
 def _without_duplicates(
@@ -886,18 +884,34 @@ def _fenced(name: str, value: Any, reasoning: list[str]) -> Any:
     3. A string that looks like JSON but does not parse, and mentions reasoning, cannot be
        separated: it is reasoning whole.
     """
-    last = name.rsplit(".", 1)[-1]
-    if (
-        "reasoning" in name.lower()
-        and not name.startswith("reasoning.")  # this project's own attributes
-        and last != "reasoning_tokens"
-        and isinstance(value, str | list | dict)
-    ):
+    says = _SAYS_REASONING.get(name)
+    if says is None:
+        says = _says_reasoning(name)
+        if len(name) <= MAX_NAME_KEPT:
+            if len(_SAYS_REASONING) >= MAX_NAMES_KEPT:
+                _SAYS_REASONING.clear()  # a bound, not a policy: an instrumentation's names are back after a span
+            _SAYS_REASONING[name] = says
+    if says and isinstance(value, str | list | dict):
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         if text:
             reasoning.append(_storable(text))
         return _FENCED_WHOLE
     return _without_reasoning(value, reasoning, 0)
+
+
+# ``_fenced``'s verdict on attribute names, kept: an instrumentation sends the same names in every span.
+_SAYS_REASONING: dict[str, bool] = {}
+MAX_NAMES_KEPT = 4096
+MAX_NAME_KEPT = 256
+
+
+def _says_reasoning(name: str) -> bool:
+    """Whether an attribute's name says its value is reasoning (``_fenced``, 1.)."""
+    return (
+        "reasoning" in name.lower()
+        and not name.startswith("reasoning.")  # this project's own attributes
+        and name.rsplit(".", 1)[-1] != "reasoning_tokens"
+    )
 
 
 def _without_reasoning(value: Any, reasoning: list[str], depth: int) -> Any:
@@ -1008,6 +1022,8 @@ def _json_value(value: AnyValue, depth: int = 0, *, limited: bool = True) -> Any
 
 def _storable(text: str) -> str:
     """NUL and lone surrogates (which Postgres and the serializers refuse) as U+FFFD."""
+    if text.isascii() and "\x00" not in text:  # no surrogate is ASCII: most text, without the pattern's scan
+        return text
     return _UNSTORABLE.sub("\ufffd", text)
 
 

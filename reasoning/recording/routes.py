@@ -21,6 +21,7 @@ from rest_framework.response import Response
 
 from core.actors import actor_for
 from core.api_views import ERRORS, ApiView, flat_errors
+from core.compiled_serializers import one_time_zone
 from core.errors import ServiceError
 from core.serializers import validated
 from reasoning.auth import CanWrite, changes_only_own_flows
@@ -156,32 +157,33 @@ class IngestView(ApiView):
         answers: list[dict[str, Any] | None] = [None] * len(raw_items)
         items: list[ingest.Item] = []
         positions: list[int] = []
-        for index, raw in enumerate(raw_items):
-            where = f"flows[{index}]"
-            try:
-                fields = validated(IngestItemSerializer, raw)
-            except ValidationError as exc:
-                answers[index] = _rejected(index, _echoed_id(raw), flat_errors(exc.detail, where))
-                continue
-            flow_id = fields.pop("id", None)
-            steps = fields.pop("steps", [])
-            close = fields.pop("close", None)
-            # The agent's own times (not part of the open request a replay compares).
-            started_at = fields.pop("started_at", None)
-            ended_at = close.pop("ended_at", None) if close else None
-            create = fields if "trigger_type" in fields else None
-            items.append(
-                ingest.Item(
-                    flow_id=flow_id,
-                    create=create,
-                    steps=steps,
-                    close=close,
-                    where=f"{where}.",
-                    created_at=started_at,
-                    closed_at=ended_at,
+        with one_time_zone():  # the items' date-times in one time zone, read once
+            for index, raw in enumerate(raw_items):
+                where = f"flows[{index}]"
+                try:
+                    fields = validated(IngestItemSerializer, raw)
+                except ValidationError as exc:
+                    answers[index] = _rejected(index, _echoed_id(raw), flat_errors(exc.detail, where))
+                    continue
+                flow_id = fields.pop("id", None)
+                steps = fields.pop("steps", [])
+                close = fields.pop("close", None)
+                # The agent's own times (not part of the open request a replay compares).
+                started_at = fields.pop("started_at", None)
+                ended_at = close.pop("ended_at", None) if close else None
+                create = fields if "trigger_type" in fields else None
+                items.append(
+                    ingest.Item(
+                        flow_id=flow_id,
+                        create=create,
+                        steps=steps,
+                        close=close,
+                        where=f"{where}.",
+                        created_at=started_at,
+                        closed_at=ended_at,
+                    )
                 )
-            )
-            positions.append(index)
+                positions.append(index)
         written = ingest.write(items, actor=actor_for(request), opener_only=changes_only_own_flows(request))
         for index, item, result in zip(positions, items, written, strict=True):
             if result.error is not None:

@@ -53,6 +53,7 @@ from rest_framework.exceptions import ValidationError
 
 from core.api_views import flat_errors
 from core.bulk import Write, fetch, one_statement, opaque_array, text_array, uuid_array
+from core.compiled_serializers import one_time_zone
 from core.serializers import validated
 from reasoning.models import PendingSpan, ReasoningFlow
 from reasoning.recording import ingest
@@ -108,6 +109,11 @@ class Outcome:
 def record_spans(spans: Sequence[MappedSpan], *, actor: str, opener_only: bool = False) -> Outcome:
     """Place, validate and write the spans (see the module docstring). ``opener_only``: spans
     may join only flows this caller opened (``ingest.write``)."""
+    with one_time_zone():  # the request's date-times in one time zone, read once
+        return _record_spans(spans, actor, opener_only)
+
+
+def _record_spans(spans: Sequence[MappedSpan], actor: str, opener_only: bool) -> Outcome:
     outcome = Outcome()
     valid: list[MappedSpan] = []
     checked_spans: dict[Key, dict[str, Any]] = {}

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
-from core.compiled_serializers import FastPath, compile_serializer
+from core.compiled_serializers import FastPath, compile_serializer, one_time_zone
 from core.labels import label_validator
 from core.serializers import (
     JSONObjectField,
@@ -498,6 +498,24 @@ def test_times_are_given_in_the_current_time_zone_as_drf_gives_them(zone: str) -
         assert str(validated(StepCreateSerializer, body)["started_at"].tzinfo) == zone
         # A naive time is DRF's to place in the zone.
         assert not check_equivalence(StepCreateSerializer, {**body, "started_at": "2024-05-01T10:00:00"})
+
+
+@pytest.mark.parametrize("zone", ["Europe/Paris", "America/St_Johns"])
+def test_within_one_time_zone_times_are_given_in_the_zone_current_on_entry(zone: str) -> None:
+    """A batch reads the time zone once (record_spans, the ingest route): its times are DRF's."""
+    bodies = [
+        {"kind": "retrieval", "agent": "planner", "summary_text": "Looked it up.", "started_at": f"2024-05-0{d}T10:00Z"}
+        for d in range(1, 4)
+    ]
+    with django_timezone.override(zone), one_time_zone():
+        for body in bodies:
+            assert check_equivalence(StepCreateSerializer, body)
+            assert str(validated(StepCreateSerializer, body)["started_at"].tzinfo) == zone
+    with django_timezone.override("Asia/Tokyo"), one_time_zone():
+        assert str(validated(StepCreateSerializer, bodies[0])["started_at"].tzinfo) == "Asia/Tokyo"
+    # Outside any batch, the zone current at each value.
+    with django_timezone.override(zone):
+        assert str(validated(StepCreateSerializer, bodies[0])["started_at"].tzinfo) == zone
 
 
 def test_without_time_zones_times_go_to_drf() -> None:
