@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test lint fmt setup db browser fuzz faults interop interop-accept wrk bench bench-matcher bench-flow-list bench-dashboard bench-export bench-drift bench-audit bench-scale load clean
+.PHONY: run stop test lint fmt setup db browser fuzz faults interop interop-accept wrk valgrind bench bench-instructions bench-matcher bench-flow-list bench-dashboard bench-export bench-drift bench-audit bench-scale load clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -101,6 +101,14 @@ wrk:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk >/dev/null; \
 	fi
 
+# The instruction count of the write path runs it under Debian's valgrind: install it when missing.
+valgrind:
+	@if ! command -v valgrind >/dev/null; then \
+		echo "Installing Debian's valgrind for the benchmark"; \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq valgrind >/dev/null; \
+	fi
+
 # The matcher bench samples the web workers with py-spy: a profiler, so it lives in a
 # throw-away virtualenv outside the project, found through PATH.
 BENCH_TOOLS ?= /tmp/rft-bench-tools
@@ -108,12 +116,15 @@ $(BENCH_TOOLS)/bin/py-spy:
 	$(PYTHON) -m venv $(BENCH_TOOLS)
 	$(BENCH_TOOLS)/bin/pip install --quiet --disable-pip-version-check py-spy
 
-# The write path, OTLP ingest (10 and 1 flows a request), then the matcher (100k pathways; BENCH_LARGE=1
+# The write path, OTLP ingest (10 and 1 flows a request), its instructions in the web process (the
+# same two shapes; figures a VM's speed does not move), then the matcher (100k pathways; BENCH_LARGE=1
 # for 1M), … Each figure is compared with bench/baseline.txt: one 15 % worse is printed as REGRESSION.
-bench: db wrk $(BENCH_TOOLS)/bin/py-spy
+bench: db wrk valgrind $(BENCH_TOOLS)/bin/py-spy
 	$(BIN)/python bench/bench_write_path.py
 	$(BIN)/python bench/bench_ingest.py
 	$(BIN)/python bench/bench_ingest.py --flows-per-request 1
+	$(BIN)/python bench/bench_instructions.py
+	$(BIN)/python bench/bench_instructions.py --flows-per-request 1
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python bench/bench_matcher.py
 	$(BIN)/python bench/bench_flow_list.py
 	$(BIN)/python bench/bench_dashboard.py
@@ -121,6 +132,11 @@ bench: db wrk $(BENCH_TOOLS)/bin/py-spy
 	$(BIN)/python bench/bench_drift.py
 	$(BIN)/python bench/bench_audit_log.py
 	$(BIN)/python bench/bench_idle.py
+
+# The OTLP write path's instructions a span in the web process, under valgrind (10 and 1 flows a request).
+bench-instructions: db valgrind
+	$(BIN)/python bench/bench_instructions.py
+	$(BIN)/python bench/bench_instructions.py --flows-per-request 1
 
 # The operators' flow list over 1,000,000 flows (server time in process).
 bench-flow-list: db
