@@ -884,14 +884,7 @@ def _fenced(name: str, value: Any, reasoning: list[str]) -> Any:
     3. A string that looks like JSON but does not parse, and mentions reasoning, cannot be
        separated: it is reasoning whole.
     """
-    says = _SAYS_REASONING.get(name)
-    if says is None:
-        says = _says_reasoning(name)
-        if len(name) <= MAX_NAME_KEPT:
-            if len(_SAYS_REASONING) >= MAX_NAMES_KEPT:
-                _SAYS_REASONING.clear()  # a bound, not a policy: an instrumentation's names are back after a span
-            _SAYS_REASONING[name] = says
-    if says and isinstance(value, str | list | dict):
+    if _says_reasoning(name) and isinstance(value, str | list | dict):
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         if text:
             reasoning.append(_storable(text))
@@ -899,17 +892,12 @@ def _fenced(name: str, value: Any, reasoning: list[str]) -> Any:
     return _without_reasoning(value, reasoning, 0)
 
 
-# ``_fenced``'s verdict on attribute names, kept: an instrumentation sends the same names in every span.
-_SAYS_REASONING: dict[str, bool] = {}
-MAX_NAMES_KEPT = 4096
-MAX_NAME_KEPT = 256
-
-
 def _says_reasoning(name: str) -> bool:
-    """Whether an attribute's name says its value is reasoning (``_fenced``, 1.)."""
+    """Whether an attribute's name says its value is reasoning (``_fenced``, 1.). The cheapest
+    test first: most names are this project's own or say nothing of reasoning."""
     return (
-        "reasoning" in name.lower()
-        and not name.startswith("reasoning.")  # this project's own attributes
+        not name.startswith("reasoning.")  # this project's own attributes
+        and "reasoning" in name.lower()
         and name.rsplit(".", 1)[-1] != "reasoning_tokens"
     )
 
