@@ -14,48 +14,29 @@ from __future__ import annotations
 
 from django.db import migrations
 
-SQL = """
+# The documented text of a time (0005), declared as 0005 did or as inlining needs.
+TIME_TEXT = """
 CREATE OR REPLACE FUNCTION audit_time_text(stamp timestamptz) RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
+LANGUAGE sql {declaration} AS $$
     SELECT to_char(
         stamp AT TIME ZONE 'UTC',
         CASE WHEN extract(microseconds FROM stamp)::bigint % 1000000 = 0
              THEN 'YYYY-MM-DD"T"HH24:MI:SS' ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US' END
     ) || '+00:00'
 $$;
+"""
 
-CREATE OR REPLACE FUNCTION audit_pending_guard_statement() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'DELETE' AND current_setting('audit.chainer', true) = 'on' THEN
-        RETURN NULL;
-    END IF;
-    RAISE EXCEPTION 'audit_pending rows are removed only by the audit chainer: % is not allowed', TG_OP
-        USING ERRCODE = 'insufficient_privilege';
-END;
-$$;
-
+# 0003's guard serves a statement-level trigger as it is: there OLD is null, and what a BEFORE
+# statement trigger returns is ignored.
+GUARD = """
 DROP TRIGGER audit_pending_chainer_only ON audit_pending;
 CREATE TRIGGER audit_pending_chainer_only
     BEFORE UPDATE OR DELETE ON audit_pending
-    FOR EACH STATEMENT EXECUTE FUNCTION audit_pending_guard_statement();
+    FOR EACH {level} EXECUTE FUNCTION audit_pending_guard();
 """
 
-REVERSE_SQL = """
-CREATE OR REPLACE FUNCTION audit_time_text(stamp timestamptz) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT to_char(
-        stamp AT TIME ZONE 'UTC',
-        CASE WHEN extract(microseconds FROM stamp)::bigint % 1000000 = 0
-             THEN 'YYYY-MM-DD"T"HH24:MI:SS' ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US' END
-    ) || '+00:00'
-$$;
-
-DROP TRIGGER audit_pending_chainer_only ON audit_pending;
-CREATE TRIGGER audit_pending_chainer_only
-    BEFORE UPDATE OR DELETE ON audit_pending
-    FOR EACH ROW EXECUTE FUNCTION audit_pending_guard();
-DROP FUNCTION IF EXISTS audit_pending_guard_statement();
-"""
+SQL = TIME_TEXT.format(declaration="STABLE PARALLEL SAFE") + GUARD.format(level="STATEMENT")
+REVERSE_SQL = TIME_TEXT.format(declaration="IMMUTABLE STRICT PARALLEL SAFE") + GUARD.format(level="ROW")
 
 
 class Migration(migrations.Migration):
