@@ -1,0 +1,66 @@
+"""bench/peers_pairs.py: what it reads from the peers' harness's output and how it sums the pairs up.
+Pure functions: no harness, no server, no database."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+# Lines as the harness (../shared/peers/bench_common.py) logs them: a time, then JSON.
+RUN_LOG = """\
+11:17:20 postgres pid=12015 uri=postgresql://postgres:@/postgres?host=/tmp/peers/pg (started_here=False)
+11:17:35 {"run": 1, "spans": 12000, "ok_spans": 12000, "durable_spans_per_s": 3849.8, "background_cpu_share": 0.027}
+11:17:36 wrote /tmp/peers/results/rft-postgres-111736.json
+peer=rft store=postgres accepted_spans_per_s=3900.1 durable_spans_per_s=3849.8 lost_after_kill=na
+"""
+KILL_LOG = """\
+11:34:50 kill probe: acked 1002/1002 spans, errors={}, killed 0.41 ms after last ack, group gone=True
+11:34:50 {"warmup_spans": 120, "sent_spans": 1002, "acked_spans": 1002, "visible_after_restart": 1000, \
+"lost_after_kill": 2, "kill_after_last_ack_ms": 0.41}
+peer=mlflow store=postgres accepted_spans_per_s=None durable_spans_per_s=None lost_after_kill=2
+"""
+
+
+@pytest.fixture(scope="module")
+def pairs() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("peers_pairs_under_test", BENCH / "peers_pairs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["peers_pairs_under_test"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_measured_run_is_read_from_the_harness_s_json_line(pairs: ModuleType) -> None:
+    assert pairs.measured_run(RUN_LOG) == pairs.Run(durable_spans_per_s=3849.8, background_cpu_share=0.027)
+    with pytest.raises(ValueError, match="no measured run"):
+        pairs.measured_run(KILL_LOG)
+
+
+def test_the_kill_probe_s_losses_are_read_from_its_line(pairs: ModuleType) -> None:
+    assert pairs.lost_after_kill(KILL_LOG) == 2
+    with pytest.raises(ValueError, match="no kill -9 probe"):
+        pairs.lost_after_kill(RUN_LOG)
+
+
+def test_the_summary_gives_both_medians_and_the_spread_of_the_pairs_ratios(pairs: ModuleType) -> None:
+    run = pairs.Run
+    measured = [
+        (run(4000.0, 0.0), run(1000.0, 0.0)),  # 4x
+        (run(3000.0, 0.0), run(500.0, 0.3)),  # 6x: the peer's run on a busy machine
+        (run(1500.0, 0.4), run(750.0, 0.0)),  # 2x: ours on a busy machine
+    ]
+    assert pairs.summary(measured) == {
+        "ours_median": 3000.0,
+        "peer_median": 750.0,
+        "ratio_of_medians": 4.0,
+        "pair_ratio_median": 4.0,
+        "pair_ratio_min": 2.0,
+        "pair_ratio_max": 6.0,
+    }
