@@ -3,26 +3,11 @@ the allow-list are read. The audit itself needs PyPI's advisories; ``make lint``
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "audit_dependencies.py"
+from tests.scripts import ROOT, load_script
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("audit_dependencies", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-audit = _load()
+audit = load_script(ROOT / "scripts" / "audit_dependencies.py", "audit_dependencies")
 
 
 def test_a_known_vulnerability_fails_and_names_its_fix() -> None:
@@ -77,4 +62,4 @@ def test_the_allow_list_needs_a_reason_for_each_id() -> None:
 
 
 def test_the_shipped_allow_list_reads() -> None:
-    audit.read_allow_list((SCRIPT.parents[1] / ".pip-audit-ignore").read_text())
+    audit.read_allow_list((ROOT / ".pip-audit-ignore").read_text())

@@ -4,24 +4,17 @@ called out. Pure functions: no server, no database."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from tests.scripts import BENCH, load_script
 
 
 @pytest.fixture(scope="module")
 def common() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_common_under_test", BENCH / "bench_common.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_common_under_test"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH / "bench_common.py", "bench_common_under_test")
 
 
 def test_a_rate_or_a_time_more_than_15_percent_worse_is_called_out(common: ModuleType, tmp_path: Path) -> None:

@@ -3,28 +3,16 @@ whether a process's memory stayed flat. Pure functions: no server, no database."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from tests.scripts import BENCH, load_script
 
 
 @pytest.fixture(scope="module")
 def load() -> ModuleType:
-    sys.path.insert(0, str(BENCH))  # load.py imports bench_common beside it
-    try:
-        spec = importlib.util.spec_from_file_location("load_script", BENCH / "load.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["load_script"] = module  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_script(BENCH / "load.py", "load_script")  # it imports bench_common beside it
 
 
 def test_any_answer_but_2xx_or_3xx_is_an_error_and_counts_over_the_whole_run(load: ModuleType) -> None:

@@ -3,14 +3,11 @@ Pure functions: no harness, no server, no database."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from tests.scripts import BENCH, load_script
 
 # Lines as the harness (../shared/peers/bench_common.py) logs them: a time, then JSON.
 RUN_LOG = """\
@@ -29,12 +26,7 @@ peer=mlflow store=postgres accepted_spans_per_s=None durable_spans_per_s=None lo
 
 @pytest.fixture(scope="module")
 def pairs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("peers_pairs_under_test", BENCH / "peers_pairs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["peers_pairs_under_test"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH / "peers_pairs.py", "peers_pairs_under_test")
 
 
 def test_a_measured_run_is_read_from_the_harness_s_json_line(pairs: ModuleType) -> None:
