@@ -8,7 +8,7 @@ same harness runs one measured run of each system in turn, ``--pairs`` times (th
 odd pairs, the peer first in even ones), so each pair's two runs are minutes apart at most; then one
 kill -9 probe each. It prints each pair as it ends, and at the end:
 
-    peers_pairs=<n> flows_per_request=<n> ours_median=<spans/s> peer_median=<spans/s>
+    peers_pairs=<n> peer=<peer> flows_per_request=<n> ours_median=<spans/s> peer_median=<spans/s>
     ratio_of_medians=<x> pair_ratio_median=<x> pair_ratio_min=<x> pair_ratio_max=<x>
     ours_lost_after_kill=<n> peer_lost_after_kill=<n>
 
@@ -17,8 +17,8 @@ Every figure is the harness's own ``durable_spans_per_s`` (this project: OTLP to
     .venv/bin/python bench/peers_pairs.py --pairs 8 --flows-per-request 10
     .venv/bin/python bench/peers_pairs.py --peer phoenix --pairs 3
 
-The peers are not installed by this project (nothing of theirs goes into it): the script stops
-with the command to run when the peer's virtualenv is missing.
+The peers are not installed by this project (nothing of theirs goes into it): the script stops,
+pointing at the peers' README, when the peer's virtualenv is missing.
 """
 
 from __future__ import annotations
@@ -70,10 +70,12 @@ def summary(pairs: list[tuple[Run, Run]]) -> dict[str, float]:
     ours = [pair[0].durable_spans_per_s for pair in pairs]
     peer = [pair[1].durable_spans_per_s for pair in pairs]
     ratios = [mine / theirs for mine, theirs in zip(ours, peer, strict=True) if theirs]
+    if not ratios:
+        raise ValueError("the peer made no span durable in any pair")
     return {
         "ours_median": round(statistics.median(ours), 1),
         "peer_median": round(statistics.median(peer), 1),
-        "ratio_of_medians": round(statistics.median(ours) / statistics.median(peer), 2),
+        "ratio_of_medians": round(statistics.median(ours) / (statistics.median(peer) or float("nan")), 2),
         "pair_ratio_median": round(statistics.median(ratios), 2),
         "pair_ratio_min": round(min(ratios), 2),
         "pair_ratio_max": round(max(ratios), 2),
@@ -84,7 +86,7 @@ def _harness(command: list[str], env: dict[str, str], peers_dir: Path) -> str:
     done = subprocess.run(command, cwd=peers_dir, env=env, capture_output=True, text=True, timeout=1800)
     output = done.stdout + done.stderr
     if done.returncode:
-        sys.exit(f"{' '.join(command[1:2])} failed (exit {done.returncode}):\n{output[-3000:]}")
+        sys.exit(f"{command[1]} failed (exit {done.returncode}):\n{output[-3000:]}")
     return output
 
 
