@@ -39,7 +39,6 @@ from typing import Any, TypeVar
 import msgspec
 import psycopg
 from django.contrib.postgres.fields import ArrayField
-from django.contrib.postgres.search import SearchVectorField
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
@@ -98,7 +97,6 @@ _PLAIN_FIELDS: dict[type[models.Field[Any, Any]], type] = {
     models.BigIntegerField: int,
     models.BooleanField: bool,
     models.UUIDField: uuid.UUID,  # Postgres has a native uuid type: the value goes as it is
-    SearchVectorField: str,  # a tsvector's text (core.words), read by the column's type
 }
 
 

@@ -6,7 +6,6 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.postgres.fields import ArrayField
-from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -198,10 +197,6 @@ class ReasoningStep(models.Model):
     kind = models.CharField(max_length=64)
     agent = models.CharField(max_length=100)
     summary_text = models.CharField(max_length=280)
-    # summary_text's words as to_tsvector('english', summary_text) makes them, given by the write
-    # path when it can prove them identical (core.words), else null: the word search's index
-    # (migration 0028) computes them then. Written once with the step, as the summary is.
-    summary_words = SearchVectorField(null=True, blank=True, editable=False)
     rationale = models.TextField(blank=True, default="")
     inputs = models.JSONField(default=dict, blank=True)
     outputs = models.JSONField(default=dict, blank=True)

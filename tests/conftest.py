@@ -70,14 +70,6 @@ def _fresh_token_cache() -> None:
 
 
 @pytest.fixture(autouse=True)
-def _no_learned_words() -> None:
-    """Each test starts with no word learned (core.words): a write's first summaries cost one query."""
-    from core import words
-
-    words.forget()
-
-
-@pytest.fixture(autouse=True)
 def _no_recent_flows() -> None:
     """Each test starts with no flow known from an earlier test's writes (reasoning.recording.ingest._RecentFlows)."""
     from reasoning.recording.ingest import recent_flows

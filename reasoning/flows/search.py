@@ -98,8 +98,7 @@ class _Percentile(Aggregate):
 
 
 # The word search of ``q`` (websearch syntax: words, "a phrase", -not), over plain-text fields
-# only; each side matches its GIN expression index (migration 0022; the steps', 0028: the words the write
-# path computed, else the summary's).
+# only; each side matches its GIN expression index (migration 0022).
 _WORD = re.compile(r"[^\W\d_]")
 # A ref, a path or a number ("bench/42/", "labs:7", "case_12", "2026"): a prefix, not words.
 _REF_LIKE = re.compile(r"[/:_\d]")
@@ -110,7 +109,7 @@ _WORDS_INLINE = (
     "(to_tsvector('english', reasoning_flow.trigger_summary || ' ' || reasoning_flow.trigger_ref)"
     " @@ websearch_to_tsquery('english', %s)"
     " OR EXISTS (SELECT 1 FROM reasoning_step s WHERE s.flow_id = reasoning_flow.id"
-    " AND coalesce(s.summary_words, to_tsvector('english', s.summary_text)) @@ websearch_to_tsquery('english', %s)))"
+    " AND to_tsvector('english', s.summary_text) @@ websearch_to_tsquery('english', %s)))"
 )
 # How many flows make words "common": past this, testing flows in page order finds a page sooner
 # than collecting every match through the indexes (bench/bench_flow_list.py: both kinds).
@@ -141,7 +140,7 @@ _WORDS = (
     "SELECT id FROM reasoning_flow"
     " WHERE to_tsvector('english', trigger_summary || ' ' || trigger_ref) @@ websearch_to_tsquery('english', %s)"
     " UNION SELECT flow_id FROM reasoning_step"
-    " WHERE coalesce(summary_words, to_tsvector('english', summary_text)) @@ websearch_to_tsquery('english', %s)"
+    " WHERE to_tsvector('english', summary_text) @@ websearch_to_tsquery('english', %s)"
 )
 
 

@@ -42,7 +42,6 @@ from django.utils.crypto import salted_hmac
 
 from audit.actions import Action
 from audit.services import Event, events_write, payload_float
-from core import words
 from core.bulk import (
     Write,
     after_commit,
@@ -737,9 +736,6 @@ def _writes(
             if step.created_at is None:
                 step.created_at = now
             steps.append(step)
-    # The summaries' words for the word search's index, where they are proven (else it computes them).
-    for step, summary_words in zip(steps, words.vectors([step.summary_text for step in steps]), strict=True):
-        step.summary_words = summary_words
     if any(rollups.reports_tokens(step) for step in steps):
         steps_write = insert_write(steps, returning=rollups.USAGE_OF_STEPS, then=rollups.OWE_USAGE)
     else:

@@ -335,29 +335,6 @@ def test_q_finds_a_phrase_and_leaves_out_a_word(operator: APIClient) -> None:
     assert ids(operator.get(LIST_URL, {"q": "potassium -discussed"})) == [exact]
 
 
-def test_q_finds_words_the_write_path_gave_and_words_the_index_computed_alike(operator: APIClient) -> None:
-    from django.db import connection
-
-    from reasoning.models import ReasoningStep
-    from tests.factories import make_flow
-
-    given = str(make_flow(steps=["Reviewed the potassium results"], trigger_summary="Routine check"))
-    computed = str(make_flow(steps=["Reviewed follow-up potassium results"], trigger_summary="Routine check"))
-
-    # The write path gave the first summary's words (core.words), not the hyphenated one's.
-    stored = dict(ReasoningStep.objects.values_list("flow_id", "summary_words"))
-    assert stored[uuid.UUID(computed)] is None
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT summary_words::text = to_tsvector('english', summary_text)::text FROM reasoning_step"
-            " WHERE flow_id = %s",
-            [given],
-        )
-        assert cursor.fetchone() == (True,)
-    assert sorted(ids(operator.get(LIST_URL, {"q": "potassium result"}))) == sorted([given, computed])
-    assert ids(operator.get(LIST_URL, {"q": '"reviewed the potassium"'})) == [given]
-
-
 def test_q_never_searches_encrypted_content(operator: APIClient) -> None:
     from tests.factories import make_flow
 

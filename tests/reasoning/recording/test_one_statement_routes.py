@@ -26,7 +26,6 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
-from core import words
 from pathways.models import Pathway
 from reasoning.models import CloseWork, ReasoningFlow, ReasoningStep
 from reasoning.recording.ingest import recent_flows
@@ -47,7 +46,6 @@ def statements(captured: CaptureQueriesContext) -> list[str]:
 def test_open_step_and_close_need_no_begin_commit_or_row_lock(agent: APIClient) -> None:
     with CaptureQueriesContext(connection) as opened:
         flow = open_flow(agent, trigger_ref="q/1", agent="researcher")
-    words.vectors([str(STEP["summary_text"])])  # its words known already (a new word costs one read, core.words)
     with CaptureQueriesContext(connection) as stepped:
         response = agent.post(f"{FLOWS}/{flow['id']}/steps", STEP, format="json")
     assert response.status_code == 201, response.content
