@@ -10,9 +10,11 @@ kill -9 probe each. It prints each pair as it ends, and at the end:
 
     peers_pairs=<n> peer=<peer> flows_per_request=<n> ours_median=<spans/s> peer_median=<spans/s>
     ratio_of_medians=<x> pair_ratio_median=<x> pair_ratio_min=<x> pair_ratio_max=<x>
-    ours_lost_after_kill=<n> peer_lost_after_kill=<n>
+    quiet_pairs=<n> quiet_pair_ratio_median=<x or na> ours_lost_after_kill=<n> peer_lost_after_kill=<n>
 
 Every figure is the harness's own ``durable_spans_per_s`` (this project: OTLP to ``/v1/traces``).
+A pair is quiet when neither of its runs had more than ``QUIET_SHARE`` of the machine taken
+elsewhere (the harness's ``background_cpu_share``; its README calls a run above ~0.1 disturbed).
 
     .venv/bin/python bench/peers_pairs.py --pairs 8 --flows-per-request 10
     .venv/bin/python bench/peers_pairs.py --peer phoenix --pairs 3
@@ -35,6 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = {"mlflow": "mlflow_ingest.py", "phoenix": "phoenix_ingest.py"}
+# The most of the machine taken elsewhere in either run of a quiet pair.
+QUIET_SHARE = 0.10
 
 
 @dataclass(frozen=True)
@@ -65,13 +69,19 @@ def lost_after_kill(log: str) -> int:
     raise ValueError("the harness logged no kill -9 probe")
 
 
-def summary(pairs: list[tuple[Run, Run]]) -> dict[str, float]:
-    """The medians of each side, the ratio of the medians, and the spread of the pairs' ratios."""
+def summary(pairs: list[tuple[Run, Run]]) -> dict[str, float | int | None]:
+    """The medians of each side, the ratio of the medians, the spread of the pairs' ratios, and the
+    median ratio of the quiet pairs (None when no pair was quiet)."""
     ours = [pair[0].durable_spans_per_s for pair in pairs]
     peer = [pair[1].durable_spans_per_s for pair in pairs]
     ratios = [mine / theirs for mine, theirs in zip(ours, peer, strict=True) if theirs]
     if not ratios:
         raise ValueError("the peer made no span durable in any pair")
+    quiet = [
+        mine.durable_spans_per_s / theirs.durable_spans_per_s
+        for mine, theirs in pairs
+        if theirs.durable_spans_per_s and max(mine.background_cpu_share, theirs.background_cpu_share) <= QUIET_SHARE
+    ]
     return {
         "ours_median": round(statistics.median(ours), 1),
         "peer_median": round(statistics.median(peer), 1),
@@ -79,6 +89,8 @@ def summary(pairs: list[tuple[Run, Run]]) -> dict[str, float]:
         "pair_ratio_median": round(statistics.median(ratios), 2),
         "pair_ratio_min": round(min(ratios), 2),
         "pair_ratio_max": round(max(ratios), 2),
+        "quiet_pairs": len(quiet),
+        "quiet_pair_ratio_median": round(statistics.median(quiet), 2) if quiet else None,
     }
 
 
@@ -137,7 +149,7 @@ def main() -> None:
         )
     figures = summary(pairs)
     line = f"peers_pairs={args.pairs} peer={args.peer} flows_per_request={args.flows_per_request} " + " ".join(
-        f"{name}={value}" for name, value in figures.items()
+        f"{name}={'na' if value is None else value}" for name, value in figures.items()
     )
     if not args.no_kill:
         kill = ["--runs", "0"]

@@ -55,4 +55,22 @@ def test_the_summary_gives_both_medians_and_the_spread_of_the_pairs_ratios(pairs
         "pair_ratio_median": 4.0,
         "pair_ratio_min": 2.0,
         "pair_ratio_max": 6.0,
+        "quiet_pairs": 1,
+        "quiet_pair_ratio_median": 4.0,
     }
+
+
+def test_quiet_pairs_are_those_whose_runs_both_had_the_machine_to_themselves(pairs: ModuleType) -> None:
+    run = pairs.Run
+    measured = [
+        (run(3000.0, 0.05), run(1000.0, 0.10)),  # 3x, quiet: at most 10 % taken elsewhere
+        (run(3500.0, 0.03), run(700.0, 0.07)),  # 5x, quiet
+        (run(4000.0, 0.02), run(400.0, 0.20)),  # 10x: the peer's run disturbed
+        (run(4000.0, 0.11), run(1000.0, 0.02)),  # 4x: ours disturbed
+    ]
+    figures = pairs.summary(measured)
+
+    assert (figures["quiet_pairs"], figures["quiet_pair_ratio_median"]) == (2, 4.0)
+    assert figures["pair_ratio_median"] == 4.5
+    disturbed = pairs.summary(measured[2:])
+    assert (disturbed["quiet_pairs"], disturbed["quiet_pair_ratio_median"]) == (0, None)
