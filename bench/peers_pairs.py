@@ -69,19 +69,26 @@ def lost_after_kill(log: str) -> int:
     raise ValueError("the harness logged no kill -9 probe")
 
 
+def pair_ratio(pair: tuple[Run, Run]) -> float | None:
+    """Our durable spans/s over the peer's in one pair (None when the peer made none durable)."""
+    ours, peer = pair
+    return ours.durable_spans_per_s / peer.durable_spans_per_s if peer.durable_spans_per_s else None
+
+
+def is_quiet(pair: tuple[Run, Run]) -> bool:
+    """Whether neither run of the pair had more than QUIET_SHARE of the machine taken elsewhere."""
+    return max(run.background_cpu_share for run in pair) <= QUIET_SHARE
+
+
 def summary(pairs: list[tuple[Run, Run]]) -> dict[str, float | int | None]:
     """The medians of each side, the ratio of the medians, the spread of the pairs' ratios, and the
     median ratio of the quiet pairs (None when no pair was quiet)."""
     ours = [pair[0].durable_spans_per_s for pair in pairs]
     peer = [pair[1].durable_spans_per_s for pair in pairs]
-    ratios = [mine / theirs for mine, theirs in zip(ours, peer, strict=True) if theirs]
+    ratios = [ratio for pair in pairs if (ratio := pair_ratio(pair)) is not None]
     if not ratios:
         raise ValueError("the peer made no span durable in any pair")
-    quiet = [
-        mine.durable_spans_per_s / theirs.durable_spans_per_s
-        for mine, theirs in pairs
-        if theirs.durable_spans_per_s and max(mine.background_cpu_share, theirs.background_cpu_share) <= QUIET_SHARE
-    ]
+    quiet = [ratio for pair in pairs if is_quiet(pair) and (ratio := pair_ratio(pair)) is not None]
     return {
         "ours_median": round(statistics.median(ours), 1),
         "peer_median": round(statistics.median(peer), 1),
@@ -140,11 +147,11 @@ def main() -> None:
             peer = one(peer_command)
             ours = one(ours_command)
         pairs.append((ours, peer))
-        ratio = ours.durable_spans_per_s / peer.durable_spans_per_s if peer.durable_spans_per_s else float("inf")
+        ratio = pair_ratio((ours, peer))
         print(
             f"{time.strftime('%H:%M:%S')} pair {index}/{args.pairs}: ours {ours.durable_spans_per_s:,.0f} spans/s"
             f" (machine busy elsewhere {ours.background_cpu_share:.0%}), {args.peer} {peer.durable_spans_per_s:,.0f}"
-            f" ({peer.background_cpu_share:.0%}): {ratio:.2f}x",
+            f" ({peer.background_cpu_share:.0%}): " + ("no peer span durable" if ratio is None else f"{ratio:.2f}x"),
             flush=True,
         )
     figures = summary(pairs)
