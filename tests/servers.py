@@ -197,11 +197,19 @@ def _wait_for(port: int, process: subprocess.Popen[bytes]) -> None:
             errors = process.stderr.read().decode(errors="replace") if process.stderr else ""
             raise RuntimeError(f"gunicorn exited with {process.returncode}: {errors[-2000:]}")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
+            # Listening is the master's; answering is a booted worker's (the first request would
+            # otherwise wait for Django to load, seconds on a loaded 2-core machine).
+            # Any status (503 "degraded" without a chainer, a redirect) is a worker's answer.
+            probe = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            try:
+                probe.request("GET", "/healthz")
+                probe.getresponse().read()
                 return
-        except OSError:
+            finally:
+                probe.close()
+        except (OSError, http.client.HTTPException):
             time.sleep(0.1)
-    raise RuntimeError("gunicorn did not start listening within 60 s")
+    raise RuntimeError("gunicorn did not answer /healthz within 60 s")
 
 
 class StreamingReplica:
