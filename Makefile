@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test lint fmt setup db browser fuzz faults interop interop-accept wrk valgrind bench bench-instructions bench-matcher bench-flow-list bench-dashboard bench-export bench-drift bench-audit bench-scale load clean
+.PHONY: run stop test lint fmt setup compile compile-optional db browser fuzz faults interop interop-accept wrk valgrind bench bench-instructions bench-matcher bench-flow-list bench-dashboard bench-export bench-drift bench-audit bench-scale load clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,15 @@ $(STAMP): pyproject.toml sdk/pyproject.toml | $(BIN)/python
 
 setup: $(STAMP)
 
+# The write path's hot modules compiled with mypyc (core/compiled.py says which, and how a build is
+# loaded only while it matches the sources). Quick when nothing changed. `make run` goes on without
+# it (the modules then run as Python); the tests and the benchmarks need it.
+compile: setup
+	$(BIN)/python scripts/compile.py
+
+compile-optional: setup
+	$(BIN)/python scripts/compile.py --optional
+
 # Starts the embedded Postgres when DATABASE_URL is unset, then migrates and schedules; builds the
 # dashboard's rollups a migration owed (reasoning.rollups; the job keeps them after).
 db: setup
@@ -27,7 +36,7 @@ db: setup
 	$(BIN)/python manage.py setup_schedules
 	$(BIN)/python manage.py refresh_rollups
 
-run: db
+run: compile-optional db
 	$(BIN)/python manage.py load_demo
 	$(BIN)/python manage.py collectstatic --no-input --verbosity 0
 	PORT=$(PORT) $(BIN)/python scripts/run.py
@@ -60,7 +69,7 @@ browser:
 	fi
 
 # One worker per core (pytest-xdist; each worker gets its own test database).
-test: lint db browser
+test: lint compile db browser
 	CHROMIUM=$(CHROMIUM) $(BIN)/pytest -n auto
 
 # Fault injection, the long version of tests/test_faults.py (make test runs the short one): a
@@ -68,7 +77,7 @@ test: lint db browser
 # refusal, PostgreSQL stopped and killed, stopped between a close and its receivers; then the slow
 # clients and the span-ownership cases. One key=value line per figure, and a table per fault
 # (sent, acknowledged, stored, lost, duplicated, 5xx, recovery); any loss or duplicate fails.
-faults: db
+faults: compile db
 	RFT_FAULTS_LONG=1 RFT_TEST_DB_NAME=test_rft_faults $(BIN)/pytest tests/test_faults.py tests/test_slow_clients.py \
 		tests/reasoning/recording/test_otlp_span_ownership.py -p no:randomly -n 0 -s
 
@@ -77,7 +86,7 @@ faults: db
 # (tests/test_bounded_work.py, timed): the largest request of each write route within 5 s, a worker's
 # memory after them; one bounded.<case>.<figure>=<value> line per figure.
 FUZZ_EXAMPLES ?= 500
-fuzz: db
+fuzz: compile db
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_COVERAGE=1 FUZZ_RANDOM=1 $(BIN)/pytest tests/test_fuzz.py -p no:randomly -n 0
 	RFT_BOUNDED_WORK=1 $(BIN)/pytest tests/test_bounded_work.py -p no:randomly -n 0 -s
 
@@ -87,7 +96,7 @@ fuzz: db
 # new version maps differently fails there, naming the field. INTEROP=<library> captures one.
 # interop-accept records what is stored now as the expectations (read the diff before committing).
 INTEROP ?=
-interop: db
+interop: compile db
 	$(BIN)/python scripts/interop/interop.py $(INTEROP)
 
 interop-accept: db
@@ -119,7 +128,7 @@ $(BENCH_TOOLS)/bin/py-spy:
 # The write path, OTLP ingest (10 and 1 flows a request), its instructions in the web process (the
 # same two shapes; figures a VM's speed does not move), then the matcher (100k pathways; BENCH_LARGE=1
 # for 1M), … Each figure is compared with bench/baseline.txt: one 15 % worse is printed as REGRESSION.
-bench: db wrk valgrind $(BENCH_TOOLS)/bin/py-spy
+bench: compile db wrk valgrind $(BENCH_TOOLS)/bin/py-spy
 	$(BIN)/python bench/bench_write_path.py
 	$(BIN)/python bench/bench_ingest.py
 	$(BIN)/python bench/bench_ingest.py --flows-per-request 1
@@ -134,7 +143,7 @@ bench: db wrk valgrind $(BENCH_TOOLS)/bin/py-spy
 	$(BIN)/python bench/bench_idle.py
 
 # The OTLP write path's instructions a span in the web process, under valgrind (10 and 1 flows a request).
-bench-instructions: db valgrind
+bench-instructions: compile db valgrind
 	$(BIN)/python bench/bench_instructions.py
 	$(BIN)/python bench/bench_instructions.py --flows-per-request 1
 
@@ -163,10 +172,10 @@ bench-audit: db
 # Cost growth: one database grown to 1M, 3M and 10M steps (COPY, with their audit events) and 1M
 # pathways; at each size the read routes, the writes, one day's export and audit_verify. Prints a
 # table and draws docs/img/bench-scale.svg (about an hour on 2 cores).
-bench-scale: db wrk
+bench-scale: compile db wrk
 	$(BIN)/python bench/bench_scale.py
 
-bench-matcher: db $(BENCH_TOOLS)/bin/py-spy
+bench-matcher: compile db $(BENCH_TOOLS)/bin/py-spy
 	PATH="$$PATH:$(BENCH_TOOLS)/bin" $(BIN)/python bench/bench_matcher.py
 
 # A mixed load for LOAD_SECONDS (default 600) on loopback (bench/load.py, locust in the
@@ -177,8 +186,8 @@ $(BENCH_TOOLS)/bin/locust:
 	$(PYTHON) -m venv $(BENCH_TOOLS)
 	$(BENCH_TOOLS)/bin/pip install --quiet --disable-pip-version-check locust
 
-load: db $(BENCH_TOOLS)/bin/locust
+load: compile db $(BENCH_TOOLS)/bin/locust
 	LOAD_SECONDS=$(LOAD_SECONDS) LOCUST=$(BENCH_TOOLS)/bin/locust $(BIN)/python bench/load.py
 
 clean:
-	rm -rf $(VENV) staticfiles .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .build staticfiles .pytest_cache .mypy_cache .ruff_cache

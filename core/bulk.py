@@ -446,7 +446,8 @@ def insert_write(objs: Sequence[models.Model], *, returning: str = "", then: str
     db = connections[DEFAULT_DB_ALIAS]  # the fields ask their connection for its operations at every value
     rows: list[dict[str, Any]] = [{} for _ in objs]
     for column, pre_save, treatment, plain, field in columns:
-        values = map(pre_save, objs)
+        values: Iterator[Any] = map(pre_save, objs)
+        value: Any  # each branch's loop variable (one annotation for the compiled build)
         if treatment == _AS_IS:
             # The document (or the list) itself: the row's JSON carries it to the column.
             for row, value in zip(rows, values, strict=True):

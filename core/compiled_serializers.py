@@ -334,10 +334,10 @@ def _choice(field: serializers.ChoiceField) -> _Compiled:
     def check(value: str, raw: Any) -> Any:
         if raw.__class__ is not str:
             raise _Fallback
-        value = values[value]
+        choice = values[value]  # the choice's own value: an int for integer choices
         for call in calls:
-            call(value)
-        return value
+            call(choice)
+        return choice
 
     return _Compiled(Literal[tuple(values)], check)
 

@@ -326,8 +326,14 @@ def test_a_postgres_restart_mid_load_loses_nothing(
     processes.append(gunicorn)
     gunicorn.start()
     chainer = faults.Command(["audit_chainer"], gunicorn.env, tmp_path / "chainer.log")
+    with own_postgres.cursor() as cursor:
+        linked = faults.chain_length(cursor)
     processes.append(chainer.start())
     load = start_load(gunicorn.url)
+    # The chainer up and linking before the first restart: what is tested is its reconnecting (a
+    # chainer still starting when PostgreSQL is shutting down exits, as any command would).
+    with own_postgres.cursor() as cursor:
+        faults.wait_until(partial(faults.chain_longer_than, cursor, linked), 60, "the chainer linking")
     recovery, catch_up = [], []
     for _ in range(ROUNDS):
         load.wait_for_writes(WRITES_BETWEEN)

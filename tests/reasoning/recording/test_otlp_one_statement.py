@@ -114,25 +114,22 @@ def test_spans_waiting_for_their_parent_are_parked_in_a_transaction(agent: APICl
     assert ReasoningStep.objects.filter(flow_id=span_uuid(TRACE, ROOT)).count() == 2
 
 
-def test_spans_a_concurrent_request_stored_after_the_lookup_are_a_replay(
-    agent: APIClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_spans_a_concurrent_request_stored_after_the_lookup_are_a_replay(agent: APIClient) -> None:
     send(agent, root())  # a root alone: not a whole trace, so looked up first
     events = AuditEvent.objects.count()
     # The lookup misses it once, as when another request stores it between the lookup and the
-    # write: the one statement fails whole, and the retry finds it stored.
-    real = traces._stored
+    # write: the one statement fails whole, and the retry finds it stored. (The lookup's statement
+    # is wrapped to find nothing: the compiled write path's calls cannot be patched.)
     missed: list[bool] = []
 
-    def lookup(*args: Any, **kwargs: Any) -> Any:
-        if not missed:
+    def lookup_finds_nothing_once(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql == traces._STORED_SQL and not missed:
             missed.append(True)
-            return traces._Stored()
-        return real(*args, **kwargs)
+            sql = f"SELECT * FROM ({sql}) AS missed WHERE false"
+        return execute(sql, params, many, context)
 
-    monkeypatch.setattr(traces, "_stored", lookup)
-
-    answer, statements = send(agent, root())
+    with connection.execute_wrapper(lookup_finds_nothing_once):
+        answer, statements = send(agent, root())
 
     assert missed and answer.partial_success.rejected_spans == 0
     assert len([sql for sql in statements if "INSERT INTO audit_event" in sql]) == 1  # the failed one
