@@ -138,6 +138,9 @@ def install() -> bool:
     if manifest is None:
         return False  # never compiled (``make compile``): the modules run as Python
     reasons = stale(manifest)
+    # One group calls itself directly: a module already imported as Python would run beside its
+    # compiled copy, each with its own state. Load all of them compiled, or none.
+    reasons += [f"{module} was imported before" for module in MODULES if module in sys.modules]
     if reasons:
         sys.stderr.write(
             "reasoning-flow-tracker: the compiled write path is not loaded, it runs as Python "

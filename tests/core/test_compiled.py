@@ -75,6 +75,16 @@ def test_a_stale_build_is_not_loaded_and_says_so_once() -> None:
     assert "reasoning.recording.otlp changed since it was compiled" in ran.stderr
 
 
+def test_a_module_imported_before_the_finder_keeps_the_whole_group_python() -> None:
+    ran = _python(
+        "import core.bulk\nimport django; django.setup()\nimport core.compiled as c\n"
+        "from reasoning.recording import otlp\nprint(otlp.__file__, c.loaded())\n"
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == [str(ROOT / "reasoning" / "recording" / "otlp.py"), "[]"]
+    assert "core.bulk was imported before" in ran.stderr
+
+
 def test_rft_compiled_0_runs_the_python_modules() -> None:
     ran = _python(
         "import django; django.setup()\nimport core.compiled as c\nfrom reasoning.recording import otlp\n"
