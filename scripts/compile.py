@@ -39,9 +39,7 @@ def _build(scratch: Path) -> dict[str, object]:
     suffix = build_tag()
     modules = {}
     for module in MODULES:
-        file = Path(*module.split(".")).with_suffix(suffix)
-        if source_of(module).name == "__init__.py":
-            file = Path(*module.split("."), "__init__").with_suffix(suffix)
+        file = source_of(module).relative_to(ROOT).with_suffix(suffix)  # a package's: its __init__
         if not (scratch / "lib" / file).is_file():
             raise SystemExit(f"compile: mypyc built no {file}")
         modules[module] = {"file": str(file), "source_sha256": digest(source_of(module))}
