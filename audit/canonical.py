@@ -12,6 +12,7 @@ import hashlib
 import json
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 import msgspec
 
@@ -24,10 +25,11 @@ CREATED_AT_PLACEHOLDER = b',"created_at":""'
 
 
 def canonical_bytes(
-    *, action: str, actor: str, target_type: str, target_id: str, payload: Any, created_at: datetime | None
+    *, action: str, actor: str, target_type: str, target_id: str | UUID, payload: Any, created_at: datetime | None
 ) -> bytes:
     """The canonical bytes; with ``created_at=None`` the time is left empty
-    (``CREATED_AT_PLACEHOLDER``) for the database to stamp.
+    (``CREATED_AT_PLACEHOLDER``) for the database to stamp. A ``UUID`` ``target_id`` is written as
+    its text (``str()``'s hyphenated lower-case form; msgspec writes it so, in C).
 
     The form is ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
     allow_nan=False)``'s. A payload of text, integers, booleans, nulls, lists and objects with
@@ -46,6 +48,7 @@ def canonical_bytes(
     )
     if _plain(payload):
         return _ENCODER.encode(document)
+    document["target_id"] = str(target_id)
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
@@ -64,7 +67,7 @@ def _plain(value: Any) -> bool:
 
 
 def canonical_document(
-    *, action: str, actor: str, target_type: str, target_id: str, payload: Any, created_at: datetime | None
+    *, action: str, actor: str, target_type: str, target_id: str | UUID, payload: Any, created_at: datetime | None
 ) -> dict[str, Any]:
     return {
         "action": action,
@@ -86,44 +89,3 @@ def link_hash(prev_hash: str, position: int, event_id: int, canonical: bytes) ->
     digest.update(f"{prev_hash}|{position}|{event_id}|".encode())
     digest.update(canonical)
     return digest.hexdigest()
-
-
-# --- Rebuilding the bytes from stored JSON ---------------------------------------------
-
-
-# The string encoder json.dumps(..., ensure_ascii=False) itself uses.
-_encode_string = json.encoder.encode_basestring
-
-
-class NumberText(str):
-    """A JSON number kept as the exact text it was written with (``1.0`` stays ``1.0``)."""
-
-
-def load_exact(text: str | bytes) -> Any:
-    """Parse JSON keeping every number as its literal text, so re-encoding is lossless."""
-    return json.loads(text, parse_int=NumberText, parse_float=NumberText, parse_constant=_refuse_constant)
-
-
-def dump_exact(value: Any) -> str:
-    """Encode a value parsed by ``load_exact`` the way ``canonical_bytes`` encodes it:
-    keys sorted by code point, no whitespace, non-ASCII kept, numbers as written."""
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, NumberText):
-        return str(value)
-    if isinstance(value, str):
-        return _encode_string(value)
-    if isinstance(value, list):
-        return "[" + ",".join([dump_exact(item) for item in value]) + "]"
-    if isinstance(value, dict):
-        items = sorted(value.items())
-        return "{" + ",".join([f"{_encode_string(k)}:{dump_exact(v)}" for k, v in items]) + "}"
-    raise TypeError(f"not a JSON value: {type(value).__name__}")
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")

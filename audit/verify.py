@@ -12,6 +12,7 @@ linked events). ``docs/audit-log.md`` lists every break it names.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit import merkle, tree
-from audit.canonical import GENESIS_HASH, dump_exact, format_created_at, link_hash, load_exact
+from audit.canonical import GENESIS_HASH, format_created_at, link_hash
 from audit.chain import id_predicate, lag_of
 from audit.checkpoints import check_note
 from audit.notes import NoteError
@@ -501,3 +502,44 @@ def _altered(
             ):
                 return f"column {field!r} was altered after the event was written"
     return "canonical bytes are not in canonical form"
+
+
+# --- Rebuilding the canonical bytes from stored JSON -------------------------------------
+
+
+# The string encoder json.dumps(..., ensure_ascii=False) itself uses (audit.canonical's form).
+_encode_string = json.encoder.encode_basestring
+
+
+class NumberText(str):
+    """A JSON number kept as the exact text it was written with (``1.0`` stays ``1.0``)."""
+
+
+def load_exact(text: str | bytes) -> Any:
+    """Parse JSON keeping every number as its literal text, so re-encoding is lossless."""
+    return json.loads(text, parse_int=NumberText, parse_float=NumberText, parse_constant=_refuse_constant)
+
+
+def dump_exact(value: Any) -> str:
+    """Encode a value parsed by ``load_exact`` the way ``audit.canonical.canonical_bytes`` encodes
+    it: keys sorted by code point, no whitespace, non-ASCII kept, numbers as written."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, NumberText):
+        return str(value)
+    if isinstance(value, str):
+        return _encode_string(value)
+    if isinstance(value, list):
+        return "[" + ",".join([dump_exact(item) for item in value]) + "]"
+    if isinstance(value, dict):
+        items = sorted(value.items())
+        return "{" + ",".join([f"{_encode_string(k)}:{dump_exact(v)}" for k, v in items]) + "}"
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")

@@ -43,6 +43,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transac
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models.base import ModelState
+from django.db.models.fields import return_None  # type: ignore[attr-defined]  # unstubbed: what a field without a default returns
 from django.db.models.signals import post_init, pre_init
 from encrypted_model_fields import fields as encrypted_fields
 
@@ -260,12 +261,27 @@ def fetch(model: type[M], keys: Collection[Any], *, column: str = "pk", for_upda
 
 
 @cache
-def _attnames(model: type[models.Model]) -> tuple[frozenset[str], tuple[tuple[str, Callable[[], Any]], ...]]:
+def _attnames(model: type[models.Model]) -> tuple[frozenset[str], tuple[tuple[str, bool, Any], ...]]:
+    """The model's attnames, and each field's default: ``(attname, True, callable)`` for a default
+    made at each call (a fresh list or dict, a new id), ``(attname, False, value)`` for one that is
+    the same value every time (``None``, ``""``, a constant): what ``Field.get_default`` returns."""
     fields = model._meta.concrete_fields
     if len(fields) != len(model._meta.fields) or model._meta.private_fields:
         raise TypeError(f"{model.__name__}: only models of concrete fields")  # what __init__ alone handles
-    # Field._get_default: the callable Field.get_default calls (a fresh list or dict for each).
-    return frozenset(f.attname for f in fields), tuple((f.attname, f._get_default) for f in fields)  # type: ignore[attr-defined]
+    return frozenset(f.attname for f in fields), tuple((f.attname, *_default(f)) for f in fields)
+
+
+def _default(field: models.Field[Any, Any]) -> tuple[bool, Any]:
+    # Field._get_default (unstubbed): the callable Field.get_default calls, which returns the field's
+    # own constant default, None, "" or what a callable default makes.
+    get: Callable[[], Any] = field._get_default  # type: ignore[attr-defined]
+    if field.has_default() and not callable(field.default):
+        return False, field.default
+    if get is return_None:
+        return False, None
+    if get is str:
+        return False, ""
+    return True, get
 
 
 def new_instance(model: type[M], values: dict[str, Any]) -> M:
@@ -280,8 +296,11 @@ def new_instance(model: type[M], values: dict[str, Any]) -> M:
     obj = model.__new__(model)
     obj._state = ModelState()
     into = obj.__dict__
-    for attname, default in defaults:
-        into[attname] = values[attname] if attname in values else default()
+    for attname, call, default in defaults:
+        if attname in values:
+            into[attname] = values[attname]
+        else:
+            into[attname] = default() if call else default
     return obj
 
 

@@ -14,8 +14,9 @@ nothing inside compiled functions).
 
 The modules are the OTLP mapping (``otlp``, the conventions), the placing and writing of spans and
 flows (``traces``, ``ingest``), the row encoding (``core.bulk``), the validators
-(``core.compiled_serializers``) and the summary guard: the web process's per-span work
-(docs/performance.md). They are ordinary, type-checked Python; mypyc compiles them by their
+(``core.compiled_serializers``), the audit events' checks and canonical bytes (``audit.services``,
+``audit.canonical``), the close's radar (``reasoning.radar``, ``pathways.radar``) and the summary
+guard: the web process's per-span work (docs/performance.md). They are ordinary, type-checked Python; mypyc compiles them by their
 annotations, and a value that contradicts an annotation raises ``TypeError`` where Python would
 have carried on. ``monkeypatch.setattr`` on a compiled module does not reach the calls between
 compiled functions.
@@ -42,8 +43,12 @@ MANIFEST = BUILD_DIR / "manifest.json"
 GROUP = "rft_hot"
 
 MODULES: tuple[str, ...] = (
+    "audit.canonical",
+    "audit.services",
     "core.bulk",
     "core.compiled_serializers",
+    "pathways.radar",
+    "reasoning.radar",
     "reasoning.summary_guard",
     "reasoning.recording.conventions",
     "reasoning.recording.conventions.base",

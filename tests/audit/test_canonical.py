@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit.canonical import canonical_bytes, dump_exact, load_exact
+from audit.canonical import canonical_bytes
 from audit.services import AuditPayloadError, _check_payload
+from audit.verify import dump_exact, load_exact
 
 
 def documented(payload: Any, created_at: datetime | None = None) -> bytes:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
@@ -86,15 +85,19 @@ def test_flow_row_and_its_audit_event_are_written_by_the_same_transaction(agent:
     assert token_xmin != flow_xmin
 
 
-def test_flow_is_not_kept_when_its_audit_event_cannot_be_written(
-    agent: APIClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def failing_record(*args: Any, **kwargs: Any) -> int:
-        raise RuntimeError("audit store unavailable")
+def test_flow_is_not_kept_when_its_audit_event_cannot_be_written(agent: APIClient) -> None:
+    # The database refuses the audit row (a trigger, dropped with the test's transaction).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION test_refuse_audit_event() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'audit store unavailable'; END $$"
+        )
+        cursor.execute(
+            "CREATE TRIGGER test_refuse_audit_event BEFORE INSERT ON audit_event"
+            " FOR EACH ROW EXECUTE FUNCTION test_refuse_audit_event()"
+        )
 
-    monkeypatch.setattr("reasoning.recording.ingest.events_write", failing_record)
-
-    with pytest.raises(RuntimeError, match="audit store unavailable"):
+    with pytest.raises(DatabaseError, match="audit store unavailable"):
         agent.post(URL, BODY, format="json")
 
     assert not ReasoningFlow.objects.exists()
