@@ -67,6 +67,7 @@ def test_every_payload_record_takes_is_written_in_the_documented_form(payload: d
 
     assert written == documented(payload)
     assert dump_exact(load_exact(written)).encode() == written
+    assert b"\n" not in written  # record() sends events a line each
 
 
 @pytest.mark.parametrize(

@@ -228,6 +228,26 @@ def test_target_given_as_type_and_id_stores_the_id_as_text(db: None, target: tup
     assert (event.target_type, event.target_id) == (target[0], expected)
 
 
+@pytest.mark.parametrize("payload", [{"count": 2}, {"ratio": 0.25}], ids=["msgspec", "json.dumps"])
+def test_a_uuid_target_is_written_in_its_canonical_bytes_as_its_text(db: None, payload: dict[str, Any]) -> None:
+    # Both encoders (a float payload goes through json.dumps) write the id as str() does.
+    target = uuid.UUID("6f1c8f0e-4f3b-4c5e-9a51-0d4c1f3b2a10")
+    event_id = record(
+        Action.STEP_CREATED, actor="system:test", target=("reasoning.reasoningstep", target), payload=payload
+    )
+
+    event = AuditEvent.objects.get(pk=event_id)
+    assert json.loads(bytes(event.canonical))["target_id"] == str(target) == event.target_id
+    assert bytes(event.canonical) == canonical_bytes(
+        action=event.action,
+        actor=event.actor,
+        target_type=event.target_type,
+        target_id=event.target_id,
+        payload=event.payload,
+        created_at=event.created_at,
+    )
+
+
 def test_event_without_target_stores_empty_type_and_id(db: None) -> None:
     event_id = record(Action.JOB_FLOW_DECAY_STARTED, actor="system:reasoning_flow_decay")
 
