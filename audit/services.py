@@ -49,14 +49,24 @@ class AuditPayloadError(ValueError):
     """A payload carried something other than ids, labels and counts."""
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class Event:
     """One audit event to write with ``record_many``."""
 
     action: Action
     actor: str
-    target: Target = None
-    payload: dict[str, Any] | None = None
+    target: Target
+    payload: dict[str, Any] | None
+
+    # An explicit __init__ (the dataclass makes __eq__ and __repr__): compiled (core.compiled), it is a
+    # native call, where a generated one runs as Python (a frozen one through object.__setattr__).
+    def __init__(
+        self, action: Action, actor: str, target: Target = None, payload: dict[str, Any] | None = None
+    ) -> None:
+        self.action = action
+        self.actor = actor
+        self.target = target
+        self.payload = payload
 
 
 def record(action: Action, *, actor: str, target: Target = None, payload: dict[str, Any] | None = None) -> int:

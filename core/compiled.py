@@ -16,10 +16,12 @@ The modules are the OTLP mapping (``otlp``, the conventions), the placing and wr
 flows (``traces``, ``ingest``), the row encoding (``core.bulk``), the validators
 (``core.compiled_serializers``), the audit events' checks and canonical bytes (``audit.services``,
 ``audit.canonical``), the close's radar (``reasoning.radar``, ``pathways.radar``) and the summary
-guard: the web process's per-span work (docs/performance.md). They are ordinary, type-checked Python; mypyc compiles them by their
-annotations, and a value that contradicts an annotation raises ``TypeError`` where Python would
-have carried on. ``monkeypatch.setattr`` on a compiled module does not reach the calls between
-compiled functions.
+guard: the web process's per-span work (docs/performance.md). They are ordinary, type-checked
+Python; mypyc compiles them by their annotations, and a value that contradicts an annotation raises
+``TypeError`` where Python would have carried on. A dataclass's generated ``__init__`` runs as
+Python (a frozen one's through ``object.__setattr__``, twenty times a native call's cost): the
+classes made once a span or more have an explicit one. ``monkeypatch.setattr`` on a compiled module
+does not reach the calls between compiled functions.
 """
 
 from __future__ import annotations

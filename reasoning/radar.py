@@ -25,14 +25,28 @@ from reasoning.models import ReasoningFlow, ReasoningStep
 VERDICT_KIND = "verdict"
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class LibraryFacts:
-    family_maturity: str = "sparse"
-    hit_count: int = 0
-    demoted: bool = False
+    family_maturity: str
+    hit_count: int
+    demoted: bool
     # The aborted flows with the flow's trigger, itself excluded, when the provider counted them in
     # its own statement (one round trip for the close's radar); None: ``aborted_siblings_of`` counts.
-    aborted_siblings: int | None = None
+    aborted_siblings: int | None
+
+    # An explicit __init__ (the dataclass makes __eq__ and __repr__): compiled (core.compiled), it is a
+    # native call, where a generated one runs as Python (a frozen one through object.__setattr__).
+    def __init__(
+        self,
+        family_maturity: str = "sparse",
+        hit_count: int = 0,
+        demoted: bool = False,
+        aborted_siblings: int | None = None,
+    ) -> None:
+        self.family_maturity = family_maturity
+        self.hit_count = hit_count
+        self.demoted = demoted
+        self.aborted_siblings = aborted_siblings
 
 
 # Given the flows (and which of them are being created, so no pathway can name them yet),
@@ -70,7 +84,7 @@ def evidence_hits_of(metrics: Any) -> int | None:
     return hits if isinstance(hits, int) and not isinstance(hits, bool) else None
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class StepFacts:
     """What the radar reads of a step."""
 
@@ -78,6 +92,14 @@ class StepFacts:
     agent: str
     confidence: float | None
     outputs: Any
+
+    # An explicit __init__ (the dataclass makes __eq__ and __repr__): compiled (core.compiled), it is a
+    # native call, where a generated one runs as Python (a frozen one through object.__setattr__).
+    def __init__(self, kind: str, agent: str, confidence: float | None, outputs: Any) -> None:
+        self.kind = kind
+        self.agent = agent
+        self.confidence = confidence
+        self.outputs = outputs
 
 
 # The aborted flows of each trigger (type and ref) among the given ones, and which of the given

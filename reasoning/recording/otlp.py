@@ -268,7 +268,7 @@ class UnsupportedContentType(OtlpBodyError):
     """The media type is neither OTLP protobuf nor OTLP JSON."""
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class MappedSpan:
     trace_id: str  # 32 lowercase hex chars
     span_id: str  # 16 lowercase hex chars
@@ -280,12 +280,46 @@ class MappedSpan:
     flow: dict[str, Any]  # FlowCreateSerializer fields; for a root, and for an agent span (a nested flow)
     close: dict[str, Any]  # FlowCloseSerializer fields; filled with flow
     step: dict[str, Any]  # StepCreateSerializer fields; {} for a root span that is no call
-    kind: str = DEFAULT_KIND  # the derived step kind ("agent" for agent spans)
-    agent_named: bool = False  # the span names its agent itself (else step["agent"] is the fallback)
+    kind: str  # the derived step kind ("agent" for agent spans)
+    agent_named: bool  # the span names its agent itself (else step["agent"] is the fallback)
     # An agent span that names its agent by an attribute: an agent within it nests (reasoning.recording.traces).
-    agent_scope: bool = False
+    agent_scope: bool
     # A root agent's span-name label, else the resource's agent or service.name, as a label.
-    fallback_agent: str = "otlp"
+    fallback_agent: str
+
+    # An explicit __init__ (the dataclass makes __eq__ and __repr__): compiled (core.compiled), it is a
+    # native call, where a generated one runs as Python (a frozen one through object.__setattr__).
+    def __init__(
+        self,
+        trace_id: str,
+        span_id: str,
+        parent_span_id: str,
+        name: str,
+        start: datetime,
+        end: datetime,
+        opens_flow: bool,
+        flow: dict[str, Any],
+        close: dict[str, Any],
+        step: dict[str, Any],
+        kind: str = DEFAULT_KIND,
+        agent_named: bool = False,
+        agent_scope: bool = False,
+        fallback_agent: str = "otlp",
+    ) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.parent_span_id = parent_span_id
+        self.name = name
+        self.start = start
+        self.end = end
+        self.opens_flow = opens_flow
+        self.flow = flow
+        self.close = close
+        self.step = step
+        self.kind = kind
+        self.agent_named = agent_named
+        self.agent_scope = agent_scope
+        self.fallback_agent = fallback_agent
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,7 @@ def _attribute(field_name: str) -> str:
     return f"reasoning.{field_name}" if field_name not in ("trace_id", "span_id", "started_at") else field_name
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class _Anchor:
     """Where a span's children go: their flow, their parent step (None: the flow's root), whether
     an agent encloses them, and that agent (None when no agent is known there)."""
@@ -202,7 +202,18 @@ class _Anchor:
     step_id: uuid.UUID | None
     in_agent: bool
     agent: str | None
-    owner: str = ""  # the flow's opened_by, for a stored flow
+    owner: str  # the flow's opened_by, for a stored flow
+
+    # An explicit __init__ (the dataclass makes __eq__ and __repr__): compiled (core.compiled), it is a
+    # native call, where a generated one runs as Python (a frozen one through object.__setattr__).
+    def __init__(
+        self, flow_id: uuid.UUID, step_id: uuid.UUID | None, in_agent: bool, agent: str | None, owner: str = ""
+    ) -> None:
+        self.flow_id = flow_id
+        self.step_id = step_id
+        self.in_agent = in_agent
+        self.agent = agent
+        self.owner = owner
 
 
 @dataclass

@@ -25,7 +25,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
@@ -47,24 +47,42 @@ MAX_CLEAR_TEXT = 200
 MAX_INT = 2_147_483_647
 
 
-@dataclass
+@dataclass(init=False)
 class Facts:
     """What the conventions say about one span (None: nobody said)."""
 
-    kind: str | None = None
-    model: str | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    cached_tokens: int | None = None
-    tool: str | None = None
-    agent: str | None = None
-    session: str | None = None
-    user: str | None = None
-    failed: bool = False
-    error_type: str | None = None
+    kind: str | None
+    model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    reasoning_tokens: int | None
+    cached_tokens: int | None
+    tool: str | None
+    agent: str | None
+    session: str | None
+    user: str | None
+    failed: bool
+    error_type: str | None
     # Token attributes present with a value that is not a count in 0..MAX_INT: (field, attribute).
-    bad_counts: list[tuple[str, str]] = field(default_factory=list)
+    bad_counts: list[tuple[str, str]]
+
+    # An explicit __init__ (the dataclass makes __eq__ and __repr__): compiled (core.compiled), it is a
+    # native call, where a generated one runs as Python. Nobody has said anything yet: the conventions
+    # fill the fields in.
+    def __init__(self, *, failed: bool = False) -> None:
+        self.kind = None
+        self.model = None
+        self.input_tokens = None
+        self.output_tokens = None
+        self.reasoning_tokens = None
+        self.cached_tokens = None
+        self.tool = None
+        self.agent = None
+        self.session = None
+        self.user = None
+        self.failed = failed
+        self.error_type = None
+        self.bad_counts = []
 
 
 def text(value: AnyValue | None) -> str | None:
