@@ -21,6 +21,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from rest_framework.test import APIClient
 
+from audit.canonical import canonical_bytes
+from audit.models import AuditEvent
 from pathways.models import Pathway
 from patients.models import Patient
 from reasoning.models import ReasoningFlow
@@ -161,3 +163,15 @@ def make_request(**fields: Any) -> ResearchRequest:
 def make_review(claim_id: str, **fields: Any) -> ClaimReview:
     """A claim the critic marked for review; pending unless ``fields`` say otherwise."""
     return ClaimReview.objects.create(claim_id=claim_id, source="critic", marked_by="token:critic", **fields)
+
+
+def rebuilt_canonical(event: AuditEvent) -> bytes:
+    """The canonical bytes of a stored event, rebuilt from its columns (what the verifier compares)."""
+    return canonical_bytes(
+        action=event.action,
+        actor=event.actor,
+        target_type=event.target_type,
+        target_id=event.target_id,
+        payload=event.payload,
+        created_at=event.created_at,
+    )

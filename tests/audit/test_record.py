@@ -12,10 +12,10 @@ import pytest
 from django.db import connection, transaction
 
 from audit.actions import Action
-from audit.canonical import canonical_bytes
 from audit.models import AuditEvent, AuditPending
 from audit.services import AuditPayloadError, record
 from reasoning.models import ApiToken
+from tests.factories import rebuilt_canonical
 
 
 class Boom(Exception):
@@ -89,14 +89,7 @@ def test_stored_canonical_bytes_encode_the_stored_columns(db: None) -> None:
 
     event = AuditEvent.objects.get(pk=event_id)
     stored = bytes(event.canonical)
-    assert stored == canonical_bytes(
-        action=event.action,
-        actor=event.actor,
-        target_type=event.target_type,
-        target_id=event.target_id,
-        payload=event.payload,
-        created_at=event.created_at,
-    )
+    assert stored == rebuilt_canonical(event)
     document = json.loads(stored)
     assert document["payload"] == {"step_count": 3, "kinds": ["retrieval", "verdict"], "ok": True}
     assert document["created_at"] == event.created_at.astimezone(UTC).isoformat()
@@ -238,14 +231,7 @@ def test_a_uuid_target_is_written_in_its_canonical_bytes_as_its_text(db: None, p
 
     event = AuditEvent.objects.get(pk=event_id)
     assert json.loads(bytes(event.canonical))["target_id"] == str(target) == event.target_id
-    assert bytes(event.canonical) == canonical_bytes(
-        action=event.action,
-        actor=event.actor,
-        target_type=event.target_type,
-        target_id=event.target_id,
-        payload=event.payload,
-        created_at=event.created_at,
-    )
+    assert bytes(event.canonical) == rebuilt_canonical(event)
 
 
 def test_event_without_target_stores_empty_type_and_id(db: None) -> None:
