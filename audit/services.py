@@ -144,7 +144,8 @@ def _target(target: Target) -> tuple[str, str | uuid.UUID]:
     if target is None:
         return "", ""
     if isinstance(target, models.Model):
-        pk = target.pk
+        # By the primary key's attribute: ``Model.pk`` is a Python property.
+        pk = getattr(target, target._meta.pk.attname)
         return target._meta.label_lower, pk if pk.__class__ is uuid.UUID else str(pk)
     kind, ident = target
     return kind, ident if ident.__class__ is uuid.UUID else str(ident)  # type: ignore[return-value]

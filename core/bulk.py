@@ -31,24 +31,27 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date, datetime, time
+from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from functools import cache, lru_cache, partial
 from typing import Any, TypeVar
 
 import msgspec
 import psycopg
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models.base import ModelState
 from django.db.models.fields import return_None  # type: ignore[attr-defined]  # unstubbed: what a field without a default returns
 from django.db.models.signals import post_init, pre_init
+from django.utils import timezone
 from encrypted_model_fields import fields as encrypted_fields
 
 # How insert_write turns a field's values into its row's JSON (judged once per field, _statement).
-_AS_IS, _FLOAT, _DATETIME, _PLAIN, _ENCRYPTED, _PREPARED = range(6)
+_AS_IS, _FLOAT, _DATETIME, _PLAIN, _DECIMAL, _ENCRYPTED, _PREPARED = range(7)
 _Column = tuple[str, Callable[[models.Model], Any], int, type | None, models.Field[Any, Any]]
 
 
@@ -74,6 +77,11 @@ def _treatment(field: models.Field[Any, Any]) -> tuple[int, type | None]:
         return _DATETIME, None
     if plain := _PLAIN_FIELDS.get(type(field)):
         return _PLAIN, plain
+    # A foreign key's database value is its target field's (ForeignKey.get_db_prep_save).
+    if isinstance(field, models.ForeignKey) and (plain := _PLAIN_FIELDS.get(type(field.target_field))):
+        return _PLAIN, plain
+    if type(field) is models.DecimalField:
+        return _DECIMAL, None
     if type(field) is encrypted_fields.EncryptedTextField:
         return _ENCRYPTED, None
     return _PREPARED, None
@@ -81,11 +89,29 @@ def _treatment(field: models.Field[Any, Any]) -> tuple[int, type | None]:
 
 def _pre_save(field: models.Field[Any, Any]) -> Callable[[models.Model], Any]:
     """``field.pre_save(obj, add=True)`` as a function of ``obj``: ``Field.pre_save`` itself
-    reads the attribute, so fields that keep it are read by ``attrgetter`` (no Python call);
-    the others (``auto_now``) go through their own."""
-    if type(field).pre_save is models.Field.pre_save:
-        return operator.attrgetter(field.attname)
-    return partial(field.pre_save, add=True)
+    reads the attribute, and so do a date's or a date-time's without ``auto_now`` or
+    ``auto_now_add``, so those are read by ``attrgetter`` (no Python call); the others go through
+    their own. A foreign key's id (a descriptor with a setter, so Python code at every read) is
+    taken from the instance's ``__dict__`` where it is."""
+    pre_save = type(field).pre_save
+    reads = pre_save is models.Field.pre_save or (
+        pre_save in _DATE_PRE_SAVES and not (getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False))
+    )
+    if not reads:
+        return partial(field.pre_save, add=True)
+    if isinstance(field, models.ForeignKey):
+        return partial(_dict_value, field.attname)
+    return operator.attrgetter(field.attname)
+
+
+_DATE_PRE_SAVES = (models.DateField.pre_save, models.DateTimeField.pre_save)
+
+
+def _dict_value(attname: str, obj: models.Model) -> Any:
+    # What ForeignKeyDeferredAttribute.__get__ returns when the value is loaded (always, for the
+    # instances written here); getattr else (a deferred field: Django loads it).
+    values = obj.__dict__
+    return values[attname] if attname in values else getattr(obj, attname)
 
 
 # Field classes (exactly these, not subclasses such as the encrypted fields) whose database
@@ -281,7 +307,21 @@ def _default(field: models.Field[Any, Any]) -> tuple[bool, Any]:
         return False, None
     if get is str:
         return False, ""
+    if get is timezone.now and settings.USE_TZ:
+        return True, _utc_now  # the same value, without timezone.now's Python frame and settings read
     return True, get
+
+
+_utc_now = partial(datetime.now, UTC)
+
+
+def _forget_defaults(*, setting: str, **kwargs: Any) -> None:
+    # The defaults read USE_TZ once (_default): a test that changes it gets them read again.
+    if setting == "USE_TZ":
+        _attnames.cache_clear()
+
+
+setting_changed.connect(_forget_defaults, weak=False, dispatch_uid="core.bulk.defaults")
 
 
 def new_instance(model: type[M], values: dict[str, Any]) -> M:
@@ -291,7 +331,12 @@ def new_instance(model: type[M], values: dict[str, Any]) -> M:
     (a relation by name, a property) goes through ``model(**values)``; so does a model with
     ``pre_init``/``post_init`` receivers, which this would skip."""
     attnames, defaults = _attnames(model)
-    if not attnames.issuperset(values) or pre_init.has_listeners(model) or post_init.has_listeners(model):
+    # The signals' receiver lists first: has_listeners is Python code, and there are none unless
+    # something connected one (then it decides, by sender).
+    listened = (pre_init.receivers or post_init.receivers) and (
+        pre_init.has_listeners(model) or post_init.has_listeners(model)
+    )
+    if listened or not attnames.issuperset(values):
         return model(**values)
     obj = model.__new__(model)
     obj._state = ModelState()
@@ -481,6 +526,12 @@ def insert_write(objs: Sequence[models.Model], *, returning: str = "", then: str
                 # naive datetimes (with a warning).
                 aware = value is None or (value.__class__ is datetime and value.utcoffset() is not None)
                 row[column] = value if aware else field.get_db_prep_save(value, db)
+        elif treatment == _DECIMAL:
+            for row, value in zip(rows, values, strict=True):
+                # A finite Decimal is its own database value (DecimalField.to_python copies it, and
+                # PostgreSQL's operations adapt it as it is); anything else as the field prepares it.
+                finite = value is None or (value.__class__ is Decimal and value.is_finite())
+                row[column] = value if finite else field.get_db_prep_save(value, db)
         elif treatment == _FLOAT:
             for row, value in zip(rows, values, strict=True):
                 row[column] = _float(value)

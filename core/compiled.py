@@ -49,6 +49,7 @@ MODULES: tuple[str, ...] = (
     "audit.services",
     "core.bulk",
     "core.compiled_serializers",
+    "core.plain_text",
     "pathways.radar",
     "reasoning.radar",
     "reasoning.summary_guard",

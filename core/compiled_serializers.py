@@ -47,10 +47,12 @@ from rest_framework.fields import empty
 from rest_framework.settings import api_settings
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
+from core.plain_text import has_forbidden_char
 from core.serializers import (
     _SURROGATE,
     MAX_JSON_DEPTH,
     JSONObjectField,
+    PlainTextValidator,
     StrictBooleanField,
     StrictCharField,
     StrictFloatField,
@@ -205,6 +207,8 @@ def _validators(field: serializers.Field[Any, Any, Any, Any], kind: str) -> tupl
             # msgspec searches as RegexValidator does (re.search, the pattern's own anchors). Not for a field that
             # may be blank: DRF accepts a blank value before its validators, msgspec's pattern would refuse it.
             meta["pattern"] = pattern
+        elif kind == "text" and isinstance(validator, PlainTextValidator) and kind_of is PlainTextValidator:
+            calls.append(_plain_text(validator.multiline))
         elif getattr(validator, "requires_context", False):
             calls.append(_with_field(validator, field))
         else:
@@ -229,6 +233,15 @@ def _exact_bound(limit: Any, kind: str) -> bool:
     if kind == "float":
         return type(limit) is float or (type(limit) is int and abs(limit) <= _EXACT_FLOAT_INT)
     return False
+
+
+def _plain_text(multiline: bool) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        # PlainTextValidator's test without its Python call; DRF's pass words the refusal.
+        if has_forbidden_char(value, multiline=multiline):
+            raise _Fallback
+
+    return check
 
 
 def _with_field(validator: Any, field: serializers.Field[Any, Any, Any, Any]) -> Callable[[Any], Any]:

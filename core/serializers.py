@@ -22,27 +22,10 @@ from rest_framework.settings import api_settings
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from core.labels import label_validator
+from core.plain_text import FORBIDDEN_TEXT_CATEGORIES, has_forbidden_char
 
 if TYPE_CHECKING:
     from core.compiled_serializers import FastPath
-
-# Unicode categories no plain text needs, all of which render invisibly or reorder what an
-# operator or patient reads: controls (Cc), format characters (Cf: zero-width, bidi controls,
-# soft hyphen, BOM, tags), line and paragraph separators (Zl, Zp), surrogates and private use.
-FORBIDDEN_TEXT_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co"})
-# The only ASCII characters of those categories are Cc: C0 and DEL (tab, LF and CR among them).
-_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_ASCII_CONTROL_MULTILINE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_MULTILINE_ALLOWED = frozenset("\t\n\r")
-
-
-def has_forbidden_char(text: str, *, multiline: bool = False) -> bool:
-    """Whether ``text`` holds a character of ``FORBIDDEN_TEXT_CATEGORIES`` (tab, LF and CR
-    excepted when ``multiline``): one regex search for ASCII text, a walk otherwise."""
-    if text.isascii():
-        return (_ASCII_CONTROL_MULTILINE if multiline else _ASCII_CONTROL).search(text) is not None
-    allowed = _MULTILINE_ALLOWED if multiline else frozenset()
-    return any(char not in allowed and unicodedata.category(char) in FORBIDDEN_TEXT_CATEGORIES for char in text)
 
 
 @deconstructible

@@ -116,7 +116,7 @@ def library_facts(flows: Sequence[ReasoningFlow], new: Collection[uuid.UUID] = (
     """Each flow's trigger family's maturity, its aborted siblings and the pathway it seeded, if
     any: two queries (one when every flow is ``new``, being created now: no pathway can have come
     from it)."""
-    stored = [flow.pk for flow in flows if flow.pk not in new]
+    stored = [flow.id for flow in flows if flow.id not in new]
     seeded = (
         {
             row["seed_flow_id"]: row
@@ -128,12 +128,12 @@ def library_facts(flows: Sequence[ReasoningFlow], new: Collection[uuid.UUID] = (
     families, siblings = _families_and_siblings(flows)
     facts = {}
     for flow in flows:
-        row = seeded.get(flow.pk)
-        facts[flow.pk] = LibraryFacts(
+        row = seeded.get(flow.id)
+        facts[flow.id] = LibraryFacts(
             family_maturity=families.get(flow.trigger_type, Maturity.SPARSE),
             hit_count=row["hit_count"] if row else 0,
             demoted=bool(row and row["demoted_at"]),
-            aborted_siblings=siblings.get(flow.pk, 0),
+            aborted_siblings=siblings.get(flow.id, 0),
         )
     return facts
 

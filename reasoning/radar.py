@@ -124,7 +124,7 @@ def aborted_siblings_params(flows: Sequence[ReasoningFlow]) -> list[Any] | None:
     if not pairs:
         return None
     return [
-        uuid_array(flow.pk for flow in flows),
+        uuid_array(flow.id for flow in flows),
         text_array(kind for kind, _ in pairs),
         text_array(ref for _, ref in pairs),
     ]
@@ -138,7 +138,7 @@ def aborted_siblings_from(
     result = {}
     for flow in flows:
         count, own = counts.get((flow.trigger_type, flow.trigger_ref), (0, set()))
-        result[flow.pk] = count - (flow.pk in own)
+        result[flow.id] = count - (flow.id in own)
     return result
 
 
@@ -185,15 +185,15 @@ def radars_of(
     them). ``new``: flows no pathway can name yet (created in this transaction, or still active
     until it commits)."""
     facts = library_facts_of(flows, new)
-    uncounted = [flow for flow in flows if facts.get(flow.pk, LibraryFacts()).aborted_siblings is None]
+    uncounted = [flow for flow in flows if facts.get(flow.id, LibraryFacts()).aborted_siblings is None]
     siblings = aborted_siblings_of(uncounted) if uncounted else {}
     return {
-        flow.pk: radar(
+        flow.id: radar(
             inputs_of(
                 flow,
-                steps.get(flow.pk, ()),
-                facts=facts.get(flow.pk, LibraryFacts()),
-                aborted_siblings=_siblings(facts.get(flow.pk), siblings.get(flow.pk, 0)),
+                steps.get(flow.id, ()),
+                facts=facts.get(flow.id, LibraryFacts()),
+                aborted_siblings=_siblings(facts.get(flow.id), siblings.get(flow.id, 0)),
                 now=now,
             )
         )
@@ -207,9 +207,9 @@ def _siblings(facts: LibraryFacts | None, counted: int) -> int:
 
 def flow_radar(flow: ReasoningFlow, *, now: datetime | None = None) -> dict[str, dict[str, Any]]:
     """The radar of one stored flow (older flows closed before snapshots existed)."""
-    rows = ReasoningStep.objects.filter(flow_id=flow.pk).order_by("position")
+    rows = ReasoningStep.objects.filter(flow_id=flow.id).order_by("position")
     steps = [
         StepFacts(kind, agent, confidence, outputs)
         for kind, agent, confidence, outputs in rows.values_list("kind", "agent", "confidence", "outputs")
     ]
-    return radars_of([flow], {flow.pk: steps}, now=now or timezone.now())[flow.pk]
+    return radars_of([flow], {flow.id: steps}, now=now or timezone.now())[flow.id]

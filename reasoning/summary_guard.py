@@ -152,7 +152,7 @@ from typing import Any, NamedTuple
 
 import ahocorasick
 
-from core.serializers import has_forbidden_char
+from core.plain_text import has_forbidden_char
 
 MAX_SUMMARY_CHARS = 280
 

@@ -136,7 +136,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from core.serializers import FORBIDDEN_TEXT_CATEGORIES
+from core.plain_text import FORBIDDEN_TEXT_CATEGORIES
 from reasoning import summary_guard
 from reasoning.recording import conventions
 from reasoning.recording.conventions import traceloop
@@ -497,10 +497,10 @@ def map_request(
         raise ValueError(f"message_content must be one of {MESSAGE_CONTENT_MODES}, not {message_content!r}")
     outcomes: list[tuple[tuple[str, str] | None, MappedSpan | SpanProblem]] = []
     warnings: list[SpanProblem] = []
-    for r, resource_spans in enumerate(request.resource_spans):
+    for r, resource_spans in enumerate(request.resource_spans[:]):
         resource = _resource(resource_spans)
-        for s, scope_spans in enumerate(resource_spans.scope_spans):
-            for p, span in enumerate(scope_spans.spans):
+        for s, scope_spans in enumerate(resource_spans.scope_spans[:]):
+            for p, span in enumerate(scope_spans.spans[:]):
                 position = f"resource_spans[{r}].scope_spans[{s}].spans[{p}]"
                 key, outcome, warned = _map_span(span, resource, position, keep_content=message_content == "encrypt")
                 outcomes.append((key, outcome))
@@ -513,7 +513,7 @@ def map_request(
 def _resource(resource_spans: ResourceSpans) -> _Resource:
     """Only these two names are read from a resource; no resource attribute is stored."""
     found: dict[str, str] = {}
-    for attribute in resource_spans.resource.attributes:
+    for attribute in resource_spans.resource.attributes[:]:
         if attribute.key in ("service.name", "gen_ai.agent.name", "agent.name"):
             value = conventions.text(attribute.value)
             if value is not None:
@@ -565,12 +565,15 @@ def _without_duplicates(
 def _map_span(
     span: Span, resource: _Resource, position: str, *, keep_content: bool
 ) -> tuple[tuple[str, str] | None, MappedSpan | SpanProblem, list[SpanProblem]]:
-    trace_id = span.trace_id.hex() if len(span.trace_id) == 16 else ""
-    span_id = span.span_id.hex() if len(span.span_id) == 8 else ""
+    # Each field read once: a protobuf field read builds a new Python object every time.
+    raw_trace_id, raw_span_id = span.trace_id, span.span_id
+    trace_id = raw_trace_id.hex() if len(raw_trace_id) == 16 else ""
+    span_id = raw_span_id.hex() if len(raw_span_id) == 8 else ""
     # Only spans with usable ids can be duplicates of each other.
-    key = (trace_id, span_id) if trace_id and span_id and any(span.trace_id) and any(span.span_id) else None
-    label = span_id if span_id and any(span.span_id) else position
+    key = (trace_id, span_id) if trace_id and span_id and any(raw_trace_id) and any(raw_span_id) else None
+    label = span_id if span_id and any(raw_span_id) else position
     try:
+        _check_ids(raw_trace_id, raw_span_id, span.parent_span_id)
         mapped, bad_counts = _mapped(span, trace_id, span_id, resource, keep_content=keep_content)
     except _Problem as problem:
         return key, SpanProblem(trace_id, span_id, f"span {label}: {problem}"), []
@@ -589,28 +592,33 @@ def _map_span(
 def _mapped(
     span: Span, trace_id: str, span_id: str, resource: _Resource, *, keep_content: bool
 ) -> tuple[MappedSpan, list[tuple[str, str]]]:
-    _check_ids(span)
-    parent_span_id = span.parent_span_id.hex() if any(span.parent_span_id) else ""
-    if span.start_time_unix_nano == 0:
+    # Each field read once (a read builds a new Python object), repeated ones as lists: iterating a
+    # protobuf container ends in an IndexError, whose message is formatted every time.
+    raw_parent_span_id = span.parent_span_id
+    parent_span_id = raw_parent_span_id.hex() if any(raw_parent_span_id) else ""
+    start_ns, end_ns = span.start_time_unix_nano, span.end_time_unix_nano
+    if start_ns == 0:
         raise _Problem("start_time_unix_nano must be set, got 0")
-    if span.start_time_unix_nano < EARLIEST_UNIX_NANO:
+    if start_ns < EARLIEST_UNIX_NANO:
         raise _Problem("start_time_unix_nano is before 2000-01-01T00:00:00Z, the earliest time recorded")
-    if span.end_time_unix_nano < span.start_time_unix_nano:
+    if end_ns < start_ns:
         raise _Problem("end_time_unix_nano is before start_time_unix_nano")
-    if len(span.attributes) > MAX_ATTRIBUTES:
-        raise _Problem(f"has {len(span.attributes)} attributes; at most {MAX_ATTRIBUTES}")
-    if len(span.events) > MAX_EVENTS:
-        raise _Problem(f"has {len(span.events)} events; at most {MAX_EVENTS}")
+    span_attributes = span.attributes[:]
+    if len(span_attributes) > MAX_ATTRIBUTES:
+        raise _Problem(f"has {len(span_attributes)} attributes; at most {MAX_ATTRIBUTES}")
+    events = span.events[:]
+    if len(events) > MAX_EVENTS:
+        raise _Problem(f"has {len(events)} events; at most {MAX_EVENTS}")
     if len(span.links) > MAX_LINKS:
         raise _Problem(f"has {len(span.links)} links; at most {MAX_LINKS}")
-    for event in span.events:
+    for event in events:
         if len(event.attributes) > MAX_ATTRIBUTES:
             raise _Problem(f"has an event with {len(event.attributes)} attributes; at most {MAX_ATTRIBUTES}")
-    attributes = {attribute.key: attribute.value for attribute in span.attributes}
+    attributes = {attribute.key: attribute.value for attribute in span_attributes}
     own_flow = _reasoning_attributes(attributes, _FLOW_KEYS)
     own_step = _reasoning_attributes(attributes, _STEP_KEYS)
     failed = span.status.code == Status.STATUS_CODE_ERROR
-    facts = conventions.read(attributes, status_error=failed, exception_type=_exception_type(span))
+    facts = conventions.read(attributes, status_error=failed, exception_type=_exception_type(events))
     kind = _kind(facts, attributes)
     # Agent and tool spans may name themselves only by their entity name, else by their span name.
     agent = facts.agent
@@ -628,7 +636,7 @@ def _mapped(
         error_type = "span_error"
 
     opens_flow = not parent_span_id
-    start = _time(span.start_time_unix_nano)
+    start = _time(start_ns)
     flow: dict[str, Any] = {}
     close: dict[str, Any] = {}
     if opens_flow or kind == conventions.AGENT:
@@ -650,6 +658,8 @@ def _mapped(
             tool,
             error_type,
             start,
+            (end_ns - start_ns) // 1_000_000,
+            events,
             keep_content=keep_content,
             used=_USED_REASONING_ATTRIBUTES if flow else _STEP_NAMES,
         )
@@ -659,7 +669,7 @@ def _mapped(
         parent_span_id=parent_span_id,
         name=_storable(span.name),
         start=start,
-        end=_time(span.end_time_unix_nano),
+        end=_time(end_ns),
         opens_flow=opens_flow,
         flow=flow,
         close=close,
@@ -672,25 +682,25 @@ def _mapped(
     return mapped, facts.bad_counts
 
 
-def _check_ids(span: Span) -> None:
-    if len(span.trace_id) != 16:
-        raise _Problem(f"trace_id must be 16 bytes, got {len(span.trace_id)}")
-    if not any(span.trace_id):
+def _check_ids(trace_id: bytes, span_id: bytes, parent_span_id: bytes) -> None:
+    if len(trace_id) != 16:
+        raise _Problem(f"trace_id must be 16 bytes, got {len(trace_id)}")
+    if not any(trace_id):
         raise _Problem("trace_id must not be all zeros")
-    if len(span.span_id) != 8:
-        raise _Problem(f"span_id must be 8 bytes, got {len(span.span_id)}")
-    if not any(span.span_id):
+    if len(span_id) != 8:
+        raise _Problem(f"span_id must be 8 bytes, got {len(span_id)}")
+    if not any(span_id):
         raise _Problem("span_id must not be all zeros")
-    if span.parent_span_id and len(span.parent_span_id) != 8:
-        raise _Problem(f"parent_span_id must be empty or 8 bytes, got {len(span.parent_span_id)}")
+    if parent_span_id and len(parent_span_id) != 8:
+        raise _Problem(f"parent_span_id must be empty or 8 bytes, got {len(parent_span_id)}")
 
 
-def _exception_type(span: Span) -> str | None:
+def _exception_type(events: list[Span.Event]) -> str | None:
     """The ``exception.type`` of the span's first ``exception`` event (a class name); "exception"
     for such an event without one. The message and stack trace are content (encrypted with the events)."""
-    for event in span.events:
+    for event in events:
         if event.name == "exception":
-            for attribute in event.attributes:
+            for attribute in event.attributes[:]:
                 if attribute.key == "exception.type" and (value := conventions.text(attribute.value)):
                     return value
             return "exception"
@@ -763,13 +773,15 @@ def _step(
     tool: str | None,
     error_type: str,
     start: datetime,
+    duration_ms: int,
+    events: list[Span.Event],
     *,
     keep_content: bool,
     used: frozenset[str],
 ) -> dict[str, Any]:
     """The step fields of a span. ``agent``: its agent or the fallback; ``named_agent``: the one it
-    names ("" when none); ``start``: its start time; ``used``: the ``reasoning.*`` attribute names
-    this span's mapping took."""
+    names ("" when none); ``start``: its start time; ``duration_ms``: its length; ``events``: its
+    events; ``used``: the ``reasoning.*`` attribute names this span's mapping took."""
     model = _plain_line((facts.model or "")[: 4 * MAX_MODEL])[:MAX_MODEL].strip()
     tool_name = _plain_line((tool or "")[: 4 * MAX_TOOL])[:MAX_TOOL].strip()
     step: dict[str, Any] = {
@@ -781,7 +793,7 @@ def _step(
     }
     if "latency_ms" in own:
         step["latency_ms"] = own["latency_ms"]
-    elif (duration_ms := (span.end_time_unix_nano - span.start_time_unix_nano) // 1_000_000) <= MAX_INT:
+    elif duration_ms <= MAX_INT:
         step["latency_ms"] = duration_ms
     if model:
         step["model"] = model
@@ -829,7 +841,7 @@ def _step(
                 _add_pii(pii, key)
         target[key] = cleaned
     if keep_content:
-        _place_events(span, inputs, outputs, reasoning, pii)
+        _place_events(events, inputs, outputs, reasoning, pii)
         if reasoning:
             step["reasoning_content"] = _storable("\n\n".join(reasoning))[:MAX_REASONING_CONTENT]
     if inputs:
@@ -997,12 +1009,12 @@ def _take_reasoning(part: dict[str, Any], reasoning: list[str]) -> None:
 
 
 def _place_events(
-    span: Span, inputs: dict[str, Any], outputs: dict[str, Any], reasoning: list[str], pii: list[str]
+    events: list[Span.Event], inputs: dict[str, Any], outputs: dict[str, Any], reasoning: list[str], pii: list[str]
 ) -> None:
     """Every span event, whole (name and attributes), into the encrypted :data:`EVENTS_KEY`."""
-    for event in span.events:
+    for event in events:
         attributes: dict[str, Any] = {}
-        for attribute in event.attributes:
+        for attribute in event.attributes[:]:
             cleaned = _fenced(attribute.key, _json_value(attribute.value), reasoning)
             if cleaned is not _FENCED_WHOLE:
                 attributes[_storable(attribute.key)] = cleaned
@@ -1034,10 +1046,10 @@ def _json_value(value: AnyValue, depth: int = 0, *, limited: bool = True) -> Any
         if limited and depth >= MAX_VALUE_DEPTH:
             return json.dumps(_json_value(value, limited=False), ensure_ascii=False)
         if which == "array_value":
-            return [_json_value(item, depth + 1, limited=limited) for item in value.array_value.values]
+            return [_json_value(item, depth + 1, limited=limited) for item in value.array_value.values[:]]
         return {
             _storable(pair.key): _json_value(pair.value, depth + 1, limited=limited)
-            for pair in value.kvlist_value.values
+            for pair in value.kvlist_value.values[:]
         }
     return None
 

@@ -106,7 +106,7 @@ def _json_object(value: AnyValue | None) -> Mapping[str, object] | None:
         return None
     which = value.WhichOneof("value")
     if which == "kvlist_value":
-        return {pair.key: _scalar(pair.value) for pair in value.kvlist_value.values}
+        return {pair.key: _scalar(pair.value) for pair in value.kvlist_value.values[:]}
     if which != "string_value" or len(value.string_value) > 100_000:
         return None
     try:
@@ -304,7 +304,7 @@ def clear_value(value: AnyValue) -> bool:
             item.WhichOneof("value") != "array_value"
             and item.WhichOneof("value") != "kvlist_value"
             and clear_value(item)
-            for item in value.array_value.values
+            for item in value.array_value.values[:]
         )
     return False
 

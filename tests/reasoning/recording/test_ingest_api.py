@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
+import hmac
 import json
 import uuid
 from collections.abc import Callable
@@ -168,6 +170,29 @@ def test_a_retry_of_a_request_stored_by_the_earlier_fingerprint_is_still_a_repla
     assert body["flows"][0]["errors"] == {"flows[0].id": [f"id {items[0]['id']} already exists with a different body"]}
     (step_error,) = body["flows"][1]["errors"].values()
     assert step_error == [f"id {items[1]['steps'][0]['id']} already exists with a different body"]
+
+
+@pytest.mark.parametrize("secret", ["a-secret-key-" + "x" * 40, "another secret with ünïcode"])
+def test_the_request_fingerprint_is_the_hmac_of_the_body_under_a_key_of_the_secret(
+    settings: Settings, secret: str
+) -> None:
+    """RFC 2104's HMAC-SHA256 of the body's sorted compact JSON under SHA-256(salt + SECRET_KEY),
+    whatever computes it; for an ASCII body the same hex digest rows stored before 2026-12-05."""
+    settings.SECRET_KEY = secret
+    data = {
+        "summary_text": "Reviewed the labs",
+        "confidence": 0.5,
+        "kind": "retrieval",
+        "inputs": {"b": [1, 2], "a": None},
+    }
+    key = hashlib.sha256(("reasoning.request_fingerprint" + secret).encode()).digest()
+    body = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+    fingerprint = ingest_service.request_fingerprint(data)
+
+    assert fingerprint == hmac.new(key, body, hashlib.sha256).hexdigest()
+    assert fingerprint == ingest_service.legacy_request_fingerprint(data)
+    assert ingest_service.request_fingerprint({**data, "confidence": 0.6}) != fingerprint
 
 
 def test_the_same_id_with_another_body_is_rejected_as_a_conflict(agent: APIClient) -> None:
