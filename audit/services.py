@@ -107,7 +107,7 @@ def events_write(events: Sequence[Event]) -> Write | None:
         target_type, target_id = _target(event.target)
         documents.append(
             canonical_bytes(
-                action=event.action.value,
+                action=event.action._value_,  # the member's own attribute: .value is Python code
                 actor=event.actor,
                 target_type=target_type,
                 target_id=target_id,
@@ -139,6 +139,17 @@ RETURNING id
 """
 
 
+# A model's label by class (Options.label_lower is a Python property, computed at every read).
+_LABELS: dict[type[models.Model], str] = {}
+
+
+def _label_of(model: type[models.Model]) -> str:
+    label = _LABELS.get(model)
+    if label is None:
+        label = _LABELS[model] = model._meta.label_lower
+    return label
+
+
 def _target(target: Target) -> tuple[str, str | uuid.UUID]:
     """The target's type and id (a ``UUID`` as it is: the canonical encoder writes its text)."""
     if target is None:
@@ -146,7 +157,7 @@ def _target(target: Target) -> tuple[str, str | uuid.UUID]:
     if isinstance(target, models.Model):
         # By the primary key's attribute: ``Model.pk`` is a Python property.
         pk = getattr(target, target._meta.pk.attname)
-        return target._meta.label_lower, pk if pk.__class__ is uuid.UUID else str(pk)
+        return _label_of(type(target)), pk if pk.__class__ is uuid.UUID else str(pk)
     kind, ident = target
     return kind, ident if ident.__class__ is uuid.UUID else str(ident)  # type: ignore[return-value]
 

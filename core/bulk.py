@@ -22,6 +22,7 @@ queryset costs more CPU than the round trip it makes.
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import operator
@@ -302,7 +303,10 @@ def _default(field: models.Field[Any, Any]) -> tuple[bool, Any]:
     # own constant default, None, "" or what a callable default makes.
     get: Callable[[], Any] = field._get_default  # type: ignore[attr-defined]
     if field.has_default() and not callable(field.default):
-        return False, field.default
+        default = field.default
+        # A choices member (a str or int enum) as its value: the same database value, and what an
+        # instance read back holds; the row's plain type then needs no conversion (insert_write).
+        return False, default._value_ if isinstance(default, enum.Enum) else default
     if get is return_None:
         return False, None
     if get is str:

@@ -51,6 +51,7 @@ MODULES: tuple[str, ...] = (
     "core.compiled_serializers",
     "core.plain_text",
     "pathways.radar",
+    "reasoning.dimensions",
     "reasoning.radar",
     "reasoning.summary_guard",
     "reasoning.recording.conventions",

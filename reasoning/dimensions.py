@@ -72,7 +72,7 @@ LABELS: dict[str, dict[str, str]] = {
 
 @dataclass(frozen=True)
 class DimensionInputs:
-    step_confidences: Sequence[float] = ()
+    step_confidences: Sequence[float | None] = ()  # None: a step without one
     evidence_hits: int | None = None
     distinct_step_kinds: int = 0
     hit_count: int = 0
@@ -97,7 +97,7 @@ def bucket(score: int) -> str:
     return "high"
 
 
-def confidence_score(confidences: Sequence[float]) -> int:
+def confidence_score(confidences: Sequence[float | None]) -> int:
     # Out-of-range values (the API never stores them) are clamped to 0..1; NaN is no value.
     values = [min(1.0, max(0.0, float(c))) for c in confidences if c is not None and not math.isnan(c)]
     if not values:
@@ -117,7 +117,8 @@ def maturity_score(hit_count: int, family_maturity: str) -> int:
     return clip(FAMILY_POINTS.get(family_maturity, 0) + reuse)
 
 
-def recency_score(age_days: float | None) -> int:
+# float | int: compiled, a float parameter refuses an int (a huge one cannot become a float).
+def recency_score(age_days: float | int | None) -> int:
     if age_days is None:
         return 0
     try:

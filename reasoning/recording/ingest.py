@@ -701,11 +701,12 @@ def _close_all(
                 confidences[flow_id].append(confidence)
     for plan in plans:
         pk = plan.flow.id
+        flow_facts, flow_summaries, flow_confidences = facts[pk], summaries[pk], confidences[pk]
         for step in plan.new_steps:
-            facts[pk].append(StepFacts(step.kind, step.agent, step.confidence, step.outputs))
-            summaries[pk].append(step.summary_text)
+            flow_facts.append(StepFacts(step.kind, step.agent, step.confidence, step.outputs))
+            flow_summaries.append(step.summary_text)
             if step.confidence is not None:
-                confidences[pk].append(step.confidence)
+                flow_confidences.append(step.confidence)
         flow = plan.flow
         flow.outcome_confidence = min(confidences[pk]) if confidences[pk] else None
         verdict = check_all([flow.trigger_summary, *summaries[pk], flow.outcome_summary])
@@ -850,13 +851,14 @@ def _events(plans: Sequence[Plan], actor: str) -> Iterator[Event]:
                 flow,
                 {"trigger_type": flow.trigger_type, "agent": flow.agent, "has_patient": flow.patient_id is not None},
             )
+        flow_id = str(flow.id)
         for step in plan.new_steps:
             yield Event(
                 Action.STEP_CREATED,
                 actor,
                 step,
                 {
-                    "flow_id": str(flow.id),
+                    "flow_id": flow_id,
                     "position": step.position,
                     "kind": step.kind,
                     "agent": step.agent,
