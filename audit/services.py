@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from django.db import models, transaction
+from django.db.models.options import Options
 
 from audit.actions import Action
 from audit.canonical import canonical_bytes
@@ -139,14 +140,15 @@ RETURNING id
 """
 
 
-# A model's label by class (Options.label_lower is a Python property, computed at every read).
-_LABELS: dict[type[models.Model], str] = {}
+# A model's label by its options (Options.label_lower is a Python property, computed at every read).
+# By the options, not the class: a target may be a lazy object (the request's user) standing for one.
+_LABELS: dict[Options[Any], str] = {}
 
 
-def _label_of(model: type[models.Model]) -> str:
-    label = _LABELS.get(model)
+def _label_of(meta: Options[Any]) -> str:
+    label = _LABELS.get(meta)
     if label is None:
-        label = _LABELS[model] = model._meta.label_lower
+        label = _LABELS[meta] = meta.label_lower
     return label
 
 
@@ -157,7 +159,7 @@ def _target(target: Target) -> tuple[str, str | uuid.UUID]:
     if isinstance(target, models.Model):
         # By the primary key's attribute: ``Model.pk`` is a Python property.
         pk = getattr(target, target._meta.pk.attname)
-        return _label_of(type(target)), pk if pk.__class__ is uuid.UUID else str(pk)
+        return _label_of(target._meta), pk if pk.__class__ is uuid.UUID else str(pk)
     kind, ident = target
     return kind, ident if ident.__class__ is uuid.UUID else str(ident)  # type: ignore[return-value]
 

@@ -20,7 +20,14 @@ _NONE_ALLOWED: frozenset[str] = frozenset()
 
 def has_forbidden_char(text: str, *, multiline: bool = False) -> bool:
     """Whether ``text`` holds a character of ``FORBIDDEN_TEXT_CATEGORIES`` (tab, LF and CR
-    excepted when ``multiline``): one regex search for ASCII text, a walk otherwise."""
+    excepted when ``multiline``): none in printable text, else one regex search for ASCII text
+    and a walk otherwise.
+
+    ``str.isprintable`` is false exactly for the categories Other and Separator (the ASCII space
+    excepted), which hold every forbidden one: a printable text (almost every text) is answered by
+    one pass in C."""
+    if text.isprintable():
+        return False
     if text.isascii():
         return (_ASCII_CONTROL_MULTILINE if multiline else _ASCII_CONTROL).search(text) is not None
     allowed = _MULTILINE_ALLOWED if multiline else _NONE_ALLOWED

@@ -1094,5 +1094,5 @@ def _abort_reason(message: str) -> str:
 
 
 def _time(unix_nano: int) -> datetime:
-    # Microseconds: what a datetime holds.
-    return _EPOCH + timedelta(microseconds=unix_nano // 1000)
+    # Microseconds: what a datetime holds (positional: timedelta's keyword parsing costs more).
+    return _EPOCH + timedelta(0, 0, unix_nano // 1000)

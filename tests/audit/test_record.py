@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.utils.functional import SimpleLazyObject
 
 from audit.actions import Action
 from audit.models import AuditEvent, AuditPending
@@ -197,6 +198,17 @@ def test_target_given_as_a_model_is_stored_as_its_label_and_primary_key(make_tok
     token = ApiToken.objects.get(name="target-token")
 
     event_id = record(Action.API_TOKEN_REVOKED, actor="system:test", target=token)
+
+    event = AuditEvent.objects.get(pk=event_id)
+    assert (event.target_type, event.target_id) == ("reasoning.apitoken", str(token.pk))
+
+
+def test_a_lazy_target_is_stored_as_the_model_it_stands_for(make_token: Callable[..., str]) -> None:
+    """A request's user is a lazy object: its label and key are the model's, as for the model."""
+    make_token("reasoning.read", name="lazy-token")
+    token = ApiToken.objects.get(name="lazy-token")
+
+    event_id = record(Action.API_TOKEN_REVOKED, actor="system:test", target=SimpleLazyObject(lambda: token))
 
     event = AuditEvent.objects.get(pk=event_id)
     assert (event.target_type, event.target_id) == ("reasoning.apitoken", str(token.pk))
