@@ -657,11 +657,12 @@ def _check_parents(
             stored = stored_steps.get(pk)
             return pk in earlier or (stored is not None and stored.flow_id == flow.id)
 
-        if step.parent_step_id is not None and not known(step.parent_step_id):
+        parent = step.parent_step_id  # once: a foreign key's attribute is Python code at every read
+        if parent is not None and not known(parent):
             raise _Rejected(
                 InvalidInput("must be an existing, earlier step of the same flow", field=f"{where}parent_step_id")
             )
-        if step.parent_step_id in step.extra_parent_ids:
+        if parent in step.extra_parent_ids:
             raise _Rejected(InvalidInput("must not repeat parent_step_id", field=f"{where}extra_parent_ids"))
         missing = [str(pk) for pk in step.extra_parent_ids if not known(pk)]
         if missing:
