@@ -13,10 +13,11 @@ runs them as Python on purpose (a profiler that reads Python frames, py-spy or c
 nothing inside compiled functions).
 
 The modules are the OTLP mapping (``otlp``, the conventions), the placing and writing of spans and
-flows (``traces``, ``ingest``), the row encoding (``core.bulk``), the validators
-(``core.compiled_serializers``), the audit events' checks and canonical bytes (``audit.services``,
-``audit.canonical``), the close's radar (``reasoning.radar``, ``pathways.radar``) and the summary
-guard: the web process's per-span work (docs/performance.md). They are ordinary, type-checked
+flows (``traces``, ``ingest``), the row encoding (``core.bulk``), the validators and their plain-text
+check (``core.compiled_serializers``, ``core.plain_text``), the audit events' checks and canonical
+bytes (``audit.services``, ``audit.canonical``), the close's radar and its scores
+(``reasoning.radar``, ``pathways.radar``, ``reasoning.dimensions``) and the summary guard: the web
+process's per-span work (docs/performance.md). They are ordinary, type-checked
 Python; mypyc compiles them by their annotations, and a value that contradicts an annotation raises
 ``TypeError`` where Python would have carried on. A dataclass's generated ``__init__`` runs as
 Python (a frozen one's through ``object.__setattr__``, twenty times a native call's cost): the
