@@ -6,7 +6,7 @@ import json
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.db import connection, transaction
@@ -208,7 +208,9 @@ def test_a_lazy_target_is_stored_as_the_model_it_stands_for(make_token: Callable
     make_token("reasoning.read", name="lazy-token")
     token = ApiToken.objects.get(name="lazy-token")
 
-    event_id = record(Action.API_TOKEN_REVOKED, actor="system:test", target=SimpleLazyObject(lambda: token))
+    lazy = cast(ApiToken, SimpleLazyObject(lambda: token))  # as django-stubs types request.user
+
+    event_id = record(Action.API_TOKEN_REVOKED, actor="system:test", target=lazy)
 
     event = AuditEvent.objects.get(pk=event_id)
     assert (event.target_type, event.target_id) == ("reasoning.apitoken", str(token.pk))
