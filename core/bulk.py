@@ -304,9 +304,10 @@ def _default(field: models.Field[Any, Any]) -> tuple[bool, Any]:
     get: Callable[[], Any] = field._get_default  # type: ignore[attr-defined]
     if field.has_default() and not callable(field.default):
         default = field.default
-        # A choices member (a str or int enum) as its value: the same database value, and what an
-        # instance read back holds; the row's plain type then needs no conversion (insert_write).
-        return False, default._value_ if isinstance(default, enum.Enum) else default
+        # A choices member (an enum of str or int values) as its value: the same database value, and
+        # what an instance read back holds; the row's plain type then needs no conversion (insert_write).
+        choice = isinstance(default, enum.Enum) and isinstance(default, str | int)
+        return False, default._value_ if choice else default
     if get is return_None:
         return False, None
     if get is str:

@@ -603,12 +603,13 @@ def _mapped(
         raise _Problem("start_time_unix_nano is before 2000-01-01T00:00:00Z, the earliest time recorded")
     if end_ns < start_ns:
         raise _Problem("end_time_unix_nano is before start_time_unix_nano")
+    # Counted before they are copied: a span past the limits is refused without building them.
+    if (count := len(span.attributes)) > MAX_ATTRIBUTES:
+        raise _Problem(f"has {count} attributes; at most {MAX_ATTRIBUTES}")
+    if (count := len(span.events)) > MAX_EVENTS:
+        raise _Problem(f"has {count} events; at most {MAX_EVENTS}")
     span_attributes = span.attributes[:]
-    if len(span_attributes) > MAX_ATTRIBUTES:
-        raise _Problem(f"has {len(span_attributes)} attributes; at most {MAX_ATTRIBUTES}")
     events = span.events[:]
-    if len(events) > MAX_EVENTS:
-        raise _Problem(f"has {len(events)} events; at most {MAX_EVENTS}")
     if len(span.links) > MAX_LINKS:
         raise _Problem(f"has {len(span.links)} links; at most {MAX_LINKS}")
     for event in events:
